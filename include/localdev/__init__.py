@@ -1,0 +1,1 @@
+"""Local development environment: real Pulsar clusters, Airflow standalone, settings loader."""

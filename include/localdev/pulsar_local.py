@@ -1,0 +1,336 @@
+"""Starts, health-checks, registers and stops N local Pulsar standalone clusters.
+
+    python -m localdev.pulsar_local start [--clusters 2] [--fresh]
+    python -m localdev.pulsar_local status | stop | fetch | logs NAME
+
+Cluster i (0-based) is `cluster-<letter>` with web port 8081+i and broker port 6651+i (8080 belongs
+to Airflow). Each has its own working, data and log directories under var/pulsar/<name>/, so the
+standalone starter never finds another instance's ZooKeeper dir and falls back to ZooKeeper mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pulsar_migration.admin import PulsarAdmin
+
+from localdev.paths import var_dir
+from localdev.pulsar_dist import DistributionError, ensure_distribution
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER_COUNT = 2
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 45.0
+# Two brokers (each with embedded BookKeeper) beside Airflow and Spark on a 2-core / 24 GiB machine.
+PULSAR_MEM = "-Xms256m -Xmx1g -XX:MaxDirectMemorySize=768m"
+
+CONFIG_OVERRIDES = {
+    "advertisedAddress": "127.0.0.1",
+    "bindAddress": "127.0.0.1",
+    "managedLedgerDefaultEnsembleSize": "1",
+    "managedLedgerDefaultWriteQuorum": "1",
+    "managedLedgerDefaultAckQuorum": "1",
+    "brokerDeleteInactiveTopicsEnabled": "false",
+    "loadBalancerEnabled": "false",
+    # Tests and cleanup delete whole test tenants.
+    "forceDeleteNamespaceAllowed": "true",
+    "forceDeleteTenantAllowed": "true",
+}
+
+
+class LocalClusterError(RuntimeError):
+    """A local cluster could not be started, checked or stopped."""
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"cluster-{chr(ord('a') + self.index)}"
+
+    @property
+    def web_port(self) -> int:
+        return 8081 + self.index
+
+    @property
+    def broker_port(self) -> int:
+        return 6651 + self.index
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def root(self) -> Path:
+        return var_dir() / "pulsar" / self.name
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def broker_log(self) -> Path:
+        return self.log_dir / "pulsar-standalone.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "broker.pid"
+
+    def admin(self, timeout_s: float = 5.0) -> PulsarAdmin:
+        return PulsarAdmin(self.admin_url, timeout_s=timeout_s, retries=0, name=self.name)
+
+
+def local_clusters(count: int = DEFAULT_CLUSTER_COUNT) -> list[LocalCluster]:
+    if not 1 <= count <= 26:
+        raise LocalClusterError(f"cluster count must be 1..26, got {count}")
+    return [LocalCluster(i) for i in range(count)]
+
+
+# -- process bookkeeping -----------------------------------------------------------------------------
+
+def _read_pid(cluster: LocalCluster) -> int | None:
+    try:
+        pid = int(cluster.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not running
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
+    for path in (cluster.broker_log, cluster.log_dir / "stdout.log"):
+        if path.is_file() and path.stat().st_size:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return f"(no log at {cluster.broker_log})"
+
+
+# -- configuration -----------------------------------------------------------------------------------
+
+def render_config(template: str, cluster: LocalCluster) -> str:
+    """Sets this instance's keys in the distribution's standalone.conf (appending those it lacks)."""
+    overrides = {
+        **CONFIG_OVERRIDES,
+        "clusterName": cluster.name,
+        "brokerServicePort": str(cluster.broker_port),
+        "webServicePort": str(cluster.web_port),
+    }
+    text = template
+    for key, value in overrides.items():
+        text, count = re.subn(rf"(?m)^{re.escape(key)}=.*$", f"{key}={value}", text)
+        if count == 0:
+            text += f"\n{key}={value}\n"
+    return text
+
+
+# -- lifecycle ---------------------------------------------------------------------------------------
+
+def _launch(cluster: LocalCluster, home: Path, fresh: bool) -> int:
+    for port in (cluster.web_port, cluster.broker_port):
+        if _port_in_use(port):
+            raise LocalClusterError(
+                f"{cluster.name}: port {port} is taken by another process; stop it or free the port"
+            )
+    if fresh and cluster.root.exists():
+        shutil.rmtree(cluster.root)
+    work = cluster.root / "work"
+    for d in (work, cluster.log_dir, cluster.root / "data"):
+        d.mkdir(parents=True, exist_ok=True)
+    conf = cluster.root / "standalone.conf"
+    conf.write_text(render_config((home / "conf" / "standalone.conf").read_text(), cluster))
+    env = {
+        **os.environ,
+        "PULSAR_STANDALONE_CONF": str(conf),
+        "PULSAR_LOG_DIR": str(cluster.log_dir),
+        "PULSAR_MEM": PULSAR_MEM,
+        "PULSAR_STANDALONE_USE_ZOOKEEPER": "0",
+    }
+    cmd = [
+        str(home / "bin" / "pulsar"), "standalone",
+        "--metadata-dir", str(cluster.root / "data" / "metadata"),
+        "--bookkeeper-dir", str(cluster.root / "data" / "bookkeeper"),
+        "--bookkeeper-port", "0",
+        "--no-functions-worker", "--no-stream-storage",
+    ]
+    with (cluster.log_dir / "stdout.log").open("ab") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stop() can take everything down
+        )
+    cluster.pid_file.write_text(str(proc.pid))
+    log.info("%s: started pid %d (web %d, broker %d), logs in %s",
+             cluster.name, proc.pid, cluster.web_port, cluster.broker_port, cluster.log_dir)
+    return proc.pid
+
+
+def _wait_healthy(clusters: list[LocalCluster], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(clusters)
+    while pending:
+        for cluster in list(pending):
+            if cluster.admin().healthy():
+                log.info("%s: healthy at %s", cluster.name, cluster.admin_url)
+                pending.remove(cluster)
+            elif _read_pid(cluster) is None:
+                raise LocalClusterError(
+                    f"{cluster.name}: broker exited during start-up; last log lines:\n{log_tail(cluster)}"
+                )
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(c.name for c in pending)
+            tails = "\n".join(f"--- {c.name}\n{log_tail(c)}" for c in pending)
+            raise LocalClusterError(f"{names}: not healthy after {timeout_s:.0f}s; last log lines:\n{tails}")
+        if pending:
+            time.sleep(1.0)
+
+
+def register_each_other(clusters: list[LocalCluster]) -> None:
+    """Registers every cluster in every other one's configuration store (idempotent)."""
+    for cluster in clusters:
+        admin = cluster.admin(timeout_s=15.0)
+        for other in clusters:
+            if other == cluster:
+                continue
+            outcome = admin.upsert_cluster(
+                other.name, {"serviceUrl": other.admin_url, "brokerServiceUrl": other.service_url}
+            )
+            log.info("%s: cluster %s %s", cluster.name, other.name, outcome)
+
+
+def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False,
+          timeout_s: float = START_TIMEOUT_S) -> list[LocalCluster]:
+    """Starts the clusters not yet running, waits for health, registers them in each other."""
+    clusters = local_clusters(count)
+    home = None
+    launched: list[LocalCluster] = []
+    for cluster in clusters:
+        if cluster.admin().healthy():
+            log.info("%s: already running at %s", cluster.name, cluster.admin_url)
+            continue
+        if _read_pid(cluster) is not None:
+            log.info("%s: already starting (pid %s)", cluster.name, _read_pid(cluster))
+            launched.append(cluster)
+            continue
+        home = home or ensure_distribution()
+        _launch(cluster, home, fresh)
+        launched.append(cluster)
+    try:
+        _wait_healthy(launched, timeout_s)
+    except LocalClusterError:
+        stop_clusters(launched)
+        raise
+    register_each_other(clusters)
+    return clusters
+
+
+def stop_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stops each cluster's whole process group: TERM, then KILL after the timeout."""
+    for cluster in clusters:
+        pid = _read_pid(cluster)
+        if pid is None:
+            log.info("%s: not running", cluster.name)
+            cluster.pid_file.unlink(missing_ok=True)
+            continue
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if _alive(pid):
+            log.warning("%s: pid %d ignored SIGTERM for %.0fs; killing", cluster.name, pid, timeout_s)
+        _signal_group(pid, signal.SIGKILL)  # also reaps anything the broker left in its group
+        cluster.pid_file.unlink(missing_ok=True)
+        log.info("%s: stopped", cluster.name)
+
+
+def stop(count: int = DEFAULT_CLUSTER_COUNT) -> None:
+    stop_clusters(local_clusters(count))
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def status(count: int = DEFAULT_CLUSTER_COUNT) -> dict[str, str]:
+    result = {}
+    for cluster in local_clusters(count):
+        if cluster.admin().healthy():
+            result[cluster.name] = f"healthy at {cluster.admin_url} (pid {_read_pid(cluster)})"
+        elif _read_pid(cluster) is not None:
+            result[cluster.name] = f"process {_read_pid(cluster)} running, not healthy"
+        else:
+            result[cluster.name] = "stopped"
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localdev.pulsar_local", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["fetch", "start", "stop", "status", "logs"])
+    parser.add_argument("name", nargs="?", help="cluster name for `logs`")
+    parser.add_argument("--clusters", type=int, default=int(os.environ.get("PM_CLUSTERS", DEFAULT_CLUSTER_COUNT)))
+    parser.add_argument("--fresh", action="store_true", help="wipe the clusters' data before starting")
+    parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        if args.command == "fetch":
+            ensure_distribution()
+        elif args.command == "start":
+            started = time.monotonic()
+            start(args.clusters, fresh=args.fresh, timeout_s=args.timeout)
+            log.info("clusters healthy and registered in %.1fs", time.monotonic() - started)
+        elif args.command == "stop":
+            stop(args.clusters)
+        elif args.command == "status":
+            for name, state in status(args.clusters).items():
+                sys.stdout.write(f"{name}: {state}\n")
+        elif args.command == "logs":
+            by_name = {c.name: c for c in local_clusters(args.clusters)}
+            if args.name not in by_name:
+                raise LocalClusterError(f"unknown cluster {args.name!r}; known: {', '.join(by_name)}")
+            sys.stdout.write(log_tail(by_name[args.name], 200) + "\n")
+    except (LocalClusterError, DistributionError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Pulsar admin REST v2 client: auth from the environment, bounded retries, typed errors.
+
+One instance per cluster. Tokens are read from the environment variable the spec names, never passed
+as arguments and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class AdminError(RuntimeError):
+    """An admin call failed; `status` is the HTTP status, or None when the cluster was unreachable."""
+
+    def __init__(self, message: str, status: int | None = None, path: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.path = path
+
+
+class ClusterUnreachable(AdminError):
+    """No HTTP answer from the admin URL (connection refused, DNS, timeout)."""
+
+
+class NotFound(AdminError):
+    """404 from the admin API."""
+
+
+class Conflict(AdminError):
+    """409 from the admin API (e.g. the resource already exists)."""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """TLS options for the admin client (`verify` may be a CA bundle path)."""
+
+    verify: bool | str = True
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+def seg(name: str) -> str:
+    """Quotes one path segment (topic and subscription names may hold characters URLs reserve)."""
+    return quote(name, safe="")
+
+
+class PulsarAdmin:
+    """Minimal, explicit Pulsar admin client over `requests`."""
+
+    def __init__(
+        self,
+        admin_url: str,
+        *,
+        token: str | None = None,
+        tls: TlsSettings | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 4,
+        name: str | None = None,
+    ) -> None:
+        self.admin_url = admin_url.rstrip("/")
+        self.name = name or self.admin_url
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._session = requests.Session()
+        if token:
+            self._session.headers["Authorization"] = f"Bearer {token}"
+        if tls is not None:
+            self._session.verify = tls.verify
+            if tls.cert_file:
+                self._session.cert = (tls.cert_file, tls.key_file) if tls.key_file else tls.cert_file
+
+    @classmethod
+    def from_env(cls, admin_url: str, token_env: str | None, **kwargs: Any) -> PulsarAdmin:
+        """Builds a client whose token comes from the named environment variable."""
+        token = None
+        if token_env:
+            token = os.environ.get(token_env)
+            if not token:
+                raise AdminError(f"environment variable {token_env} (token for {admin_url}) is not set")
+        return cls(admin_url, token=token, **kwargs)
+
+    def close(self) -> None:
+        self._session.close()
+
+    # -- transport -------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None,
+                expect_json: bool = True, retry: bool = True) -> Any:
+        """Calls `/admin/v2{path}` (or `path` itself when it starts with `/admin` or `/lookup`)."""
+        url = self.admin_url + (path if path.startswith(("/admin", "/lookup")) else f"/admin/v2{path}")
+        attempts = self.retries + 1 if retry else 1
+        last_error: Exception | None = None
+        for attempt in range(attempts):
+            try:
+                resp = self._session.request(method, url, json=json_body, params=params, timeout=self.timeout_s)
+            except requests.RequestException as exc:
+                last_error = exc
+                if attempt + 1 < attempts:
+                    time.sleep(min(0.25 * 2**attempt, 4.0))
+                    continue
+                raise ClusterUnreachable(
+                    f"cluster {self.name} is unreachable at {self.admin_url}: {type(exc).__name__}", None, path
+                ) from exc
+            if resp.status_code in RETRYABLE_STATUS and attempt + 1 < attempts:
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+                continue
+            return self._result(method, path, resp, expect_json)
+        raise ClusterUnreachable(f"cluster {self.name}: {last_error}", None, path)  # pragma: no cover
+
+    def _result(self, method: str, path: str, resp: requests.Response, expect_json: bool) -> Any:
+        if resp.status_code < 300:
+            if not expect_json or not resp.content:
+                return resp.content if not expect_json else None
+            ctype = resp.headers.get("Content-Type", "")
+            return resp.json() if "json" in ctype or resp.content[:1] in (b"{", b"[") else resp.text
+        reason = _reason(resp)
+        message = f"{method} {path} on {self.name} failed with HTTP {resp.status_code}: {reason}"
+        if resp.status_code == 404:
+            raise NotFound(message, 404, path)
+        if resp.status_code == 409:
+            raise Conflict(message, 409, path)
+        raise AdminError(message, resp.status_code, path)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def put(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.request("PUT", path, json_body=body, **kwargs)
+
+    def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.request("POST", path, json_body=body, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
+
+    # -- clusters --------------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """True when the broker answers its health check (a round trip through its heartbeat topic)."""
+        try:
+            return self.request("GET", "/brokers/health", expect_json=False, retry=False).strip() == b"ok"
+        except AdminError:
+            return False
+
+    def clusters(self) -> list[str]:
+        return list(self.get("/clusters"))
+
+    def cluster(self, name: str) -> dict[str, Any]:
+        return dict(self.get(f"/clusters/{seg(name)}"))
+
+    def upsert_cluster(self, name: str, data: dict[str, Any]) -> str:
+        """Registers (PUT) or updates (POST) a cluster; returns "created", "updated" or "unchanged"."""
+        try:
+            current = self.cluster(name)
+        except NotFound:
+            self.put(f"/clusters/{seg(name)}", data)
+            return "created"
+        if all(current.get(k) == v for k, v in data.items()):
+            return "unchanged"
+        self.post(f"/clusters/{seg(name)}", data)
+        return "updated"
+
+
+def _reason(resp: requests.Response) -> str:
+    try:
+        body = resp.json()
+        if isinstance(body, dict) and "reason" in body:
+            return str(body["reason"])
+    except ValueError:
+        pass
+    return (resp.text or resp.reason or "").strip()[:300]

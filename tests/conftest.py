@@ -1,0 +1,57 @@
+"""Session fixtures: the real local Pulsar pair, started here only if it is not already running."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from localdev import pulsar_local
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="session")
+def pulsar_clusters() -> Iterator[list[LocalCluster]]:
+    """Both local clusters, healthy and registered in each other; stops only what this session started."""
+    clusters = pulsar_local.local_clusters(2)
+    already_up = [c for c in clusters if c.admin().healthy()]
+    pulsar_local.start(2)
+    try:
+        yield clusters
+    finally:
+        started_here = [c for c in clusters if c not in already_up]
+        if started_here:
+            pulsar_local.stop_clusters(started_here)
+
+
+@pytest.fixture(scope="session")
+def cluster_a(pulsar_clusters: list[LocalCluster]) -> LocalCluster:
+    return pulsar_clusters[0]
+
+
+@pytest.fixture(scope="session")
+def cluster_b(pulsar_clusters: list[LocalCluster]) -> LocalCluster:
+    return pulsar_clusters[1]
+
+
+@pytest.fixture
+def admin_a(cluster_a: LocalCluster) -> Iterator[PulsarAdmin]:
+    admin = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    yield admin
+    admin.close()
+
+
+@pytest.fixture
+def admin_b(cluster_b: LocalCluster) -> Iterator[PulsarAdmin]:
+    admin = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    yield admin
+    admin.close()
+
+
+def unique(prefix: str) -> str:
+    """A name no earlier test run used (clusters keep their data across sessions)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
