@@ -71,7 +71,9 @@ def ensure_distribution() -> Path:
             raise DistributionError(f"mvn could not fetch {PULSAR_ARTIFACT}: {' | '.join(tail)}")
         actual = _sha512(tarballs[0])
         if actual != PULSAR_SHA512:
-            raise DistributionError(f"{tarballs[0].name} has SHA-512 {actual[:16]}..., expected {PULSAR_SHA512[:16]}...")
+            raise DistributionError(
+                f"{tarballs[0].name} has SHA-512 {actual[:16]}..., expected {PULSAR_SHA512[:16]}..."
+            )
         unpack = tmp_path / "unpack"
         with tarfile.open(tarballs[0]) as tar:
             tar.extractall(unpack, filter="tar")
