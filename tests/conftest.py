@@ -1,17 +1,38 @@
-"""Session fixtures: the real local Pulsar pair, started here only if it is not already running."""
+"""Session fixtures: the real local Pulsar pair (started here only if not already running), a local Spark."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from localdev import pulsar_local
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[1] SparkSession for the whole test session (starting one costs seconds)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("pulsar-migration-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,539 @@
+"""MigrationSpec: what to migrate, from where to where. Load, validate (one-line errors), JSON schema.
+
+The spec names environment variables that hold tokens, never tokens. Validation runs in two passes:
+the JSON schema (structure, types, unknown and missing fields) and then semantic checks the schema
+cannot express (source and target among the clusters, regexes compile, URL schemes).
+
+    python -m pulsar_migration.spec schema            # prints the JSON schema
+    python -m pulsar_migration.spec validate FILE     # exit 0, or one error line and exit 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import jsonschema
+
+from pulsar_migration.admin import PulsarAdmin, TlsSettings
+
+if TYPE_CHECKING:
+    import pulsar
+    from pyspark.sql import SparkSession
+
+
+class SpecError(ValueError):
+    """The spec is invalid or its environment is incomplete; the message is one line naming the problem."""
+
+
+# Pulsar's NamedEntity pattern for tenant, namespace and cluster names (Java's \w is ASCII-only).
+PULSAR_NAME_PATTERN = r"^[-=:.A-Za-z0-9_]+$"
+ENV_VAR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+REPLICATION_MODES = ("copy", "geo")
+
+_NAME_RULE = "letters, digits and - = : . _ only"
+_NULLABLE_PATH = {"type": ["string", "null"], "minLength": 1, "default": None}
+_TOKEN_ENV = {
+    "type": ["string", "null"],
+    "pattern": ENV_VAR_PATTERN,
+    "default": None,
+    "description": "Name of the environment variable holding the auth token (never the token); null = no auth.",
+}
+
+SPEC_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "MigrationSpec",
+    "description": "Moves one Pulsar tenant from a source cluster to a target cluster (see DESIGN.md section 2).",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["tenant", "source", "target", "clusters"],
+    "properties": {
+        "tenant": {
+            "title": "Tenant",
+            "description": "The Pulsar tenant to migrate.",
+            "type": "string",
+            "pattern": PULSAR_NAME_PATTERN,
+        },
+        "source": {"title": "Source cluster", "description": "Key in `clusters` of the cluster to migrate from.",
+                   "type": "string", "minLength": 1},
+        "target": {"title": "Target cluster", "description": "Key in `clusters` of the cluster to migrate to.",
+                   "type": "string", "minLength": 1},
+        "clusters": {
+            "title": "Clusters",
+            "description": "Connection settings per cluster name; must hold at least source and target.",
+            "type": "object",
+            "propertyNames": {"pattern": PULSAR_NAME_PATTERN},
+            "additionalProperties": {
+                "title": "Cluster",
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["admin_url", "service_url"],
+                "properties": {
+                    "admin_url": {"title": "Admin URL", "description": "http:// or https:// web service URL.",
+                                  "type": "string"},
+                    "service_url": {"title": "Service URL",
+                                    "description": "pulsar:// or pulsar+ssl:// broker service URL.",
+                                    "type": "string"},
+                    "token_env": {"title": "Token variable", **_TOKEN_ENV},
+                    "tls": {
+                        "title": "TLS",
+                        "description": "TLS settings for admin and client connections; null = defaults "
+                                       "(system CAs, verified).",
+                        "type": ["object", "null"],
+                        "default": None,
+                        "additionalProperties": False,
+                        "properties": {
+                            "trust_certs_file": {**_NULLABLE_PATH, "title": "CA bundle",
+                                                 "description": "PEM file of trusted CAs; null = system CAs."},
+                            "allow_insecure": {"title": "Allow insecure", "type": "boolean", "default": False,
+                                               "description": "Skip certificate verification (tests only)."},
+                            "cert_file": {**_NULLABLE_PATH, "title": "Client certificate",
+                                          "description": "PEM client certificate for mutual TLS."},
+                            "key_file": {**_NULLABLE_PATH, "title": "Client key",
+                                         "description": "PEM private key of cert_file."},
+                        },
+                    },
+                },
+            },
+        },
+        "namespaces": {
+            "title": "Namespaces",
+            "description": "Short namespace names (`ns1`, not `tenant/ns1`) to migrate; null = all of the tenant's.",
+            "type": ["array", "null"],
+            "default": None,
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": PULSAR_NAME_PATTERN},
+        },
+        "topics": {
+            "title": "Topic filter",
+            "description": "A topic `<namespace>/<topic>` is selected when some include regex matches "
+                           "(re.search) and no exclude regex does.",
+            "type": "object",
+            "default": {"include": [".*"], "exclude": []},
+            "additionalProperties": False,
+            "properties": {
+                "include": {"type": "array", "items": {"type": "string"}, "default": [".*"],
+                            "description": "Regexes; a topic must match at least one."},
+                "exclude": {"type": "array", "items": {"type": "string"}, "default": [],
+                            "description": "Regexes; a topic matching any is skipped."},
+            },
+        },
+        "replication": {
+            "title": "Replication",
+            "type": "object",
+            "default": {"mode": "copy"},
+            "additionalProperties": False,
+            "properties": {
+                "mode": {"enum": list(REPLICATION_MODES), "default": "copy",
+                         "description": "copy = read and re-publish with a position map; "
+                                        "geo = Pulsar geo-replication, drained."},
+            },
+        },
+        "lookup": {
+            "title": "Lookup service",
+            "type": "object",
+            "default": {"url": None, "token_env": None},
+            "additionalProperties": False,
+            "properties": {
+                "url": {"type": ["string", "null"], "default": None,
+                        "description": "http(s):// base URL of the lookup service; null = no lookup switch."},
+                "token_env": {"title": "Admin token variable", **_TOKEN_ENV},
+            },
+        },
+        "options": {
+            "title": "Options",
+            "description": "Free-form step options.",
+            "type": "object",
+            "default": {},
+            "additionalProperties": True,
+            "properties": {
+                "proceed_on_conflict": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Continue when the target already holds a resource that differs from the "
+                                   "source (the difference is reported, not overwritten).",
+                },
+            },
+        },
+    },
+}
+
+_VALIDATOR = jsonschema.Draft202012Validator(SPEC_JSON_SCHEMA)
+
+
+# -- model ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsSpec:
+    trust_certs_file: str | None = None
+    allow_insecure: bool = False
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def settings(self) -> TlsSettings:
+        """The admin client's TLS settings (`verify` is False, a CA bundle path, or True)."""
+        verify: bool | str = False if self.allow_insecure else (self.trust_certs_file or True)
+        return TlsSettings(verify=verify, cert_file=self.cert_file, key_file=self.key_file)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trust_certs_file": self.trust_certs_file, "allow_insecure": self.allow_insecure,
+                "cert_file": self.cert_file, "key_file": self.key_file}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    admin_url: str
+    service_url: str
+    token_env: str | None = None
+    tls: TlsSpec | None = None
+
+    def token(self) -> str | None:
+        """The token from the environment (None without auth); SpecError when the variable is unset."""
+        if not self.token_env:
+            return None
+        token = os.environ.get(self.token_env)
+        if not token:
+            raise SpecError(f"spec: environment variable {self.token_env} (token for {self.name}) is not set")
+        return token
+
+    def admin(self, **kwargs: Any) -> PulsarAdmin:
+        """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries)."""
+        tls = self.tls.settings() if self.tls else None
+        return PulsarAdmin(self.admin_url, token=self.token(), tls=tls, name=self.name, **kwargs)
+
+    def pulsar_client(self, **kwargs: Any) -> pulsar.Client:
+        """A pulsar.Client on service_url with this cluster's auth and TLS; kwargs go to pulsar.Client."""
+        import pulsar  # deferred: the C++ client is only needed by steps that move messages
+
+        token = self.token()
+        if token:
+            kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))
+        if self.tls:
+            kwargs.setdefault("tls_allow_insecure_connection", self.tls.allow_insecure)
+            if self.tls.trust_certs_file:
+                kwargs.setdefault("tls_trust_certs_file_path", self.tls.trust_certs_file)
+            if self.tls.cert_file:
+                kwargs.setdefault("tls_certificate_file_path", self.tls.cert_file)
+            if self.tls.key_file:
+                kwargs.setdefault("tls_private_key_file_path", self.tls.key_file)
+        return pulsar.Client(self.service_url, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"admin_url": self.admin_url, "service_url": self.service_url, "token_env": self.token_env,
+                "tls": self.tls.to_dict() if self.tls else None}
+
+
+@dataclass(frozen=True)
+class TopicFilter:
+    include: tuple[re.Pattern[str], ...] = (re.compile(".*"),)
+    exclude: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def of(cls, include: Sequence[str] = (".*",), exclude: Sequence[str] = ()) -> TopicFilter:
+        """A filter from regex strings."""
+        return cls(tuple(re.compile(p) for p in include), tuple(re.compile(p) for p in exclude))
+
+    def selects(self, local_name: str) -> bool:
+        """Whether `<namespace>/<topic>` (e.g. "ns1/orders") is migrated."""
+        return any(p.search(local_name) for p in self.include) and not any(p.search(local_name) for p in self.exclude)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"include": [p.pattern for p in self.include], "exclude": [p.pattern for p in self.exclude]}
+
+
+@dataclass(frozen=True)
+class MigrationSpec:
+    tenant: str
+    source: str
+    target: str
+    clusters: dict[str, ClusterSpec]
+    namespaces: tuple[str, ...] | None = None
+    topics: TopicFilter = field(default_factory=TopicFilter)
+    replication_mode: str = "copy"
+    lookup_url: str | None = None
+    lookup_token_env: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source_cluster(self) -> ClusterSpec:
+        return self.clusters[self.source]
+
+    @property
+    def target_cluster(self) -> ClusterSpec:
+        return self.clusters[self.target]
+
+    @property
+    def proceed_on_conflict(self) -> bool:
+        return bool(self.options.get("proceed_on_conflict", False))
+
+    def namespace_selected(self, namespace: str) -> bool:
+        """Whether a namespace is migrated; takes the short name, or `tenant/ns` of this spec's tenant."""
+        tenant, slash, short = namespace.rpartition("/")
+        if slash and tenant != self.tenant:
+            return False
+        return self.namespaces is None or short in self.namespaces
+
+    def lookup_token(self) -> str | None:
+        """The lookup service's admin token from the environment (None without auth)."""
+        if not self.lookup_token_env:
+            return None
+        token = os.environ.get(self.lookup_token_env)
+        if not token:
+            raise SpecError(f"spec: environment variable {self.lookup_token_env} (token for the lookup service) "
+                            "is not set")
+        return token
+
+    def check_environment(self) -> None:
+        """SpecError naming the first token variable that is referenced but unset."""
+        ordered = [self.source, self.target, *(n for n in self.clusters if n not in (self.source, self.target))]
+        for name in ordered:
+            self.clusters[name].token()
+        self.lookup_token()
+
+    # -- (de)serialisation -----------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MigrationSpec:
+        """Validates a parsed document (SpecError, one line) and builds the spec, defaults filled in."""
+        _check_schema(data)
+        d = copy.deepcopy(data)
+        clusters = {name: _cluster(name, c) for name, c in d["clusters"].items()}
+        topics = d.get("topics") or {}
+        lookup = d.get("lookup") or {}
+        namespaces = d.get("namespaces")
+        spec_fields = {
+            "tenant": d["tenant"],
+            "source": d["source"],
+            "target": d["target"],
+            "clusters": clusters,
+            "namespaces": tuple(namespaces) if namespaces is not None else None,
+            "include": list(topics.get("include", [".*"])),
+            "exclude": list(topics.get("exclude", [])),
+            "lookup_url": lookup.get("url"),
+        }
+        _check_semantics(spec_fields)
+        return cls(
+            tenant=d["tenant"],
+            source=d["source"],
+            target=d["target"],
+            clusters=clusters,
+            namespaces=spec_fields["namespaces"],
+            topics=TopicFilter.of(spec_fields["include"], spec_fields["exclude"]),
+            replication_mode=(d.get("replication") or {}).get("mode", "copy"),
+            lookup_url=lookup.get("url"),
+            lookup_token_env=lookup.get("token_env"),
+            options=dict(d.get("options") or {}),
+        )
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "the document") -> MigrationSpec:
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"spec: {origin} is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path_or_uri: str, spark: SparkSession | None = None) -> MigrationSpec:
+        """Reads and validates a spec file: a local path or file:// URI (others through Spark's Hadoop FS)."""
+        from pulsar_migration import rundir
+
+        try:
+            text = rundir.read_uri(path_or_uri, spark)
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            raise SpecError(f"spec: cannot read {path_or_uri}: {reason}") from exc
+        return cls.from_json(text, origin=path_or_uri)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The full document, defaults filled in; from_dict(to_dict()) == self."""
+        return {
+            "tenant": self.tenant,
+            "source": self.source,
+            "target": self.target,
+            "clusters": {name: c.to_dict() for name, c in self.clusters.items()},
+            "namespaces": list(self.namespaces) if self.namespaces is not None else None,
+            "topics": self.topics.to_dict(),
+            "replication": {"mode": self.replication_mode},
+            "lookup": {"url": self.lookup_url, "token_env": self.lookup_token_env},
+            "options": copy.deepcopy(self.options),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def spec_hash(self) -> str:
+        """First 16 hex digits of the sha256 of the canonical JSON (identifies the spec in reports)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def _cluster(name: str, c: dict[str, Any]) -> ClusterSpec:
+    tls = c.get("tls")
+    return ClusterSpec(
+        name=name,
+        admin_url=c["admin_url"],
+        service_url=c["service_url"],
+        token_env=c.get("token_env"),
+        tls=TlsSpec(**tls) if tls is not None else None,
+    )
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise SpecError(f"spec: duplicate field {key!r}")
+        result[key] = value
+    return result
+
+
+def _check_schema(data: Any) -> None:
+    errors = list(_VALIDATOR.iter_errors(data))
+    if errors:
+        raise SpecError(_describe(min(errors, key=_error_rank)))
+
+
+# At one depth, an unknown field explains more than the missing one it was probably meant to be.
+_VALIDATOR_RANK = {"additionalProperties": 0, "propertyNames": 1, "required": 2, "type": 3}
+
+
+def _error_rank(error: jsonschema.ValidationError) -> tuple[int, int, str]:
+    kind = "propertyNames" if "propertyNames" in error.schema_path else str(error.validator)
+    return len(error.absolute_path), _VALIDATOR_RANK.get(kind, 9), _where(error.absolute_path)
+
+
+def _where(path: Any) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    for pytype, name in ((dict, "object"), (list, "array"), (str, "string"), (int, "integer"), (float, "number")):
+        if isinstance(value, pytype):
+            return name
+    return type(value).__name__
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """One line for the first schema error, in the spec's own terms."""
+    where = _where(error.absolute_path)
+    at = f"in {where}" if where else "at top level"
+    kind = str(error.validator)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if "propertyNames" in error.schema_path:
+        return f"spec: cluster name {error.instance!r} in {where} is not a valid Pulsar name ({_NAME_RULE})"
+    if kind == "additionalProperties":
+        unknown = [k for k in error.instance if k not in schema.get("properties", {})]
+        names = ", ".join(repr(k) for k in unknown)
+        return f"spec: unknown field{'s' if len(unknown) > 1 else ''} {names} {at}"
+    if kind == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        names = ", ".join(repr(k) for k in missing)
+        suffix = f" in {where}" if where else ""
+        return f"spec: missing field{'s' if len(missing) > 1 else ''} {names}{suffix}"
+    subject = where or "the document"
+    if kind == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return f"spec: {subject} must be {expected}, got {_json_type(error.instance)}"
+    if kind == "pattern":
+        if where.endswith("token_env"):
+            # Never echo the value: a token pasted here by mistake must not reach a log.
+            return f"spec: {where} must be the name of an environment variable (letters, digits, _), not a token"
+        if where.startswith("namespaces[") and "/" in str(error.instance):
+            short = str(error.instance).rsplit("/", 1)[-1]
+            return f"spec: {where} {error.instance!r} must be a short name without '/' (e.g. {short!r})"
+        return f"spec: {where} {error.instance!r} is not a valid Pulsar name ({_NAME_RULE})"
+    if kind == "enum":
+        allowed = ", ".join(repr(v) for v in error.validator_value)
+        return f"spec: {where} must be one of {allowed}, got {error.instance!r}"
+    if kind == "minLength":
+        return f"spec: {where} must not be empty"
+    if kind == "minItems" and where == "namespaces":
+        return "spec: namespaces must list at least one namespace, or be null for all"
+    if kind == "uniqueItems":
+        return f"spec: {where} lists a value twice"
+    return f"spec: {subject}: {error.message}"
+
+
+def _check_semantics(s: dict[str, Any]) -> None:
+    clusters: dict[str, ClusterSpec] = s["clusters"]
+    known = ", ".join(sorted(clusters)) or "none"
+    for role in ("source", "target"):
+        if s[role] not in clusters:
+            raise SpecError(f"spec: {role} {s[role]!r} is not one of clusters ({known})")
+    if s["source"] == s["target"]:
+        raise SpecError(f"spec: source and target are both {s['source']!r}; they must differ")
+    for name, c in clusters.items():
+        _check_url(f"clusters.{name}.admin_url", c.admin_url, ("http", "https"))
+        _check_url(f"clusters.{name}.service_url", c.service_url, ("pulsar", "pulsar+ssl"))
+        if c.tls and c.tls.key_file and not c.tls.cert_file:
+            raise SpecError(f"spec: clusters.{name}.tls.key_file is set but cert_file is not")
+    if s["lookup_url"] is not None:
+        _check_url("lookup.url", s["lookup_url"], ("http", "https"))
+    for kind in ("include", "exclude"):
+        for i, pattern in enumerate(s[kind]):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise SpecError(f"spec: topics.{kind}[{i}] is not a valid regex: {exc}") from exc
+
+
+def _check_url(where: str, url: str, schemes: tuple[str, ...]) -> None:
+    parsed = urlparse(url)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        wanted = " or ".join(f"{s}://host:port" for s in schemes)
+        raise SpecError(f"spec: {where} {url!r} must look like {wanted}")
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pulsar_migration.spec", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("schema", help="print the spec's JSON schema")
+    validate = commands.add_parser("validate", help="validate a spec file")
+    validate.add_argument("file")
+    validate.add_argument("--check-env", action="store_true", help="also require every token variable to be set")
+    args = parser.parse_args(argv)
+
+    if args.command == "schema":
+        sys.stdout.write(json.dumps(SPEC_JSON_SCHEMA, indent=2) + "\n")
+        return 0
+    try:
+        spec = MigrationSpec.load(args.file)
+        if args.check_env:
+            spec.check_environment()
+    except SpecError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    sys.stdout.write(f"ok: {args.file}: tenant {spec.tenant}, {spec.source} -> {spec.target}, "
+                     f"spec {spec.spec_hash()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
