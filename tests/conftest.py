@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -23,6 +25,8 @@ def spark() -> Iterator[SparkSession]:
     """One local[1] SparkSession for the whole test session (starting one costs seconds)."""
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter (the venv with the library), not whatever python3 is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[1]")
         .appName("pulsar-migration-tests")

@@ -1,0 +1,1 @@
+"""Step 1, metadata sync: inventory both clusters, plan (Spark), apply, verify."""

@@ -1,0 +1,243 @@
+"""Reads what exists: the source tenant (as the state the target must reach) and the target's state.
+
+The driver lists namespaces and topics (a few calls per namespace); the per-topic reads (partition
+count, subscriptions, schema, topic policies) run in Spark executors, a bounded thread pool each.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pulsar_migration.admin import NotFound, PulsarAdmin, seg
+from pulsar_migration.metadata import resources as r
+from pulsar_migration.spec import ClusterSpec, MigrationSpec
+from pulsar_migration.stepjob import StepFailed
+
+log = logging.getLogger(__name__)
+
+TOKEN_AUTH_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
+class MetadataError(StepFailed):
+    """Inventory or apply found something that stops the step (message: one line)."""
+
+
+@dataclass(frozen=True)
+class TopicRef:
+    namespace: str
+    topic: str
+    partitioned: bool
+    read_policies: bool  # the namespace has topic-level policies (its __change_events topic exists)
+
+    @property
+    def local(self) -> str:
+        return r.topic_key(self.namespace, self.topic)
+
+
+@dataclass
+class NamespaceLayout:
+    name: str
+    policies: dict[str, Any]
+    topics: list[TopicRef] = field(default_factory=list)
+
+
+@dataclass
+class TenantLayout:
+    """What the driver reads of one tenant on one cluster (None tenant_info: tenant absent)."""
+
+    tenant_info: dict[str, Any] | None
+    namespaces: dict[str, NamespaceLayout] = field(default_factory=dict)
+
+    @property
+    def topics(self) -> list[TopicRef]:
+        return [t for ns in self.namespaces.values() for t in ns.topics]
+
+
+# -- cluster registration --------------------------------------------------------------------------
+
+def registration_payload(cluster: ClusterSpec) -> dict[str, Any]:
+    """What a peer must hold about `cluster` to reach it (no secret: the token is added at apply)."""
+    payload: dict[str, Any] = {}
+    if cluster.admin_url.startswith("https://"):
+        payload["serviceUrlTls"] = cluster.admin_url
+    else:
+        payload["serviceUrl"] = cluster.admin_url
+    if cluster.service_url.startswith("pulsar+ssl://"):
+        payload["brokerServiceUrlTls"] = cluster.service_url
+    else:
+        payload["brokerServiceUrl"] = cluster.service_url
+    if cluster.tls is not None:
+        payload["brokerClientTlsEnabled"] = True
+        payload["tlsAllowInsecureConnection"] = bool(cluster.tls.allow_insecure)
+        if cluster.tls.trust_certs_file:
+            payload["brokerClientTrustCertsFilePath"] = cluster.tls.trust_certs_file
+    if cluster.token_env:
+        payload["authenticationPlugin"] = TOKEN_AUTH_PLUGIN
+    return payload
+
+
+def read_registration(admin: PulsarAdmin, name: str, keys: Iterable[str]) -> dict[str, Any] | None:
+    """A cluster's registration as `admin` holds it, projected on `keys` (never the auth parameters)."""
+    try:
+        data = admin.cluster(name)
+    except NotFound:
+        return None
+    return {k: data.get(k) for k in keys}
+
+
+# -- tenant layout (driver) ------------------------------------------------------------------------
+
+def read_layout(admin: PulsarAdmin, spec: MigrationSpec, *, must_exist: bool) -> TenantLayout:
+    """Tenant, selected namespaces with policies, selected topics of one cluster."""
+    try:
+        tenant_info = admin.get(f"/tenants/{seg(spec.tenant)}")
+    except NotFound:
+        if must_exist:
+            raise MetadataError(f"tenant '{spec.tenant}' does not exist on cluster {admin.name}") from None
+        return TenantLayout(None)
+    layout = TenantLayout(tenant_info)
+    for full_name in admin.get(f"/namespaces/{seg(spec.tenant)}"):
+        ns = full_name.split("/", 1)[1]
+        if not spec.namespace_selected(ns):
+            continue
+        layout.namespaces[ns] = _read_namespace(admin, spec, ns)
+    if must_exist and spec.namespaces:
+        missing = sorted(set(spec.namespaces) - set(layout.namespaces))
+        if missing:
+            raise MetadataError(
+                f"namespace(s) {', '.join(missing)} of tenant '{spec.tenant}' do not exist on cluster {admin.name}"
+            )
+    return layout
+
+
+def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> NamespaceLayout:
+    base = f"/persistent/{seg(spec.tenant)}/{seg(ns)}"
+    policies = admin.get(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}")
+    partitioned = [_short(t) for t in admin.get(f"{base}/partitioned")]
+    every = [_short(t) for t in admin.get(base, params={"includeSystemTopic": "true"})]
+    has_topic_policies = r.CHANGE_EVENTS_TOPIC in every
+    layout = NamespaceLayout(ns, policies)
+    for topic in partitioned:
+        if not r.is_system_topic(topic) and spec.topics.selects(r.topic_key(ns, topic)):
+            layout.topics.append(TopicRef(ns, topic, True, has_topic_policies))
+    for topic in every:
+        if _is_partition_of(topic, partitioned) or r.is_system_topic(topic):
+            continue
+        if spec.topics.selects(r.topic_key(ns, topic)):
+            layout.topics.append(TopicRef(ns, topic, False, has_topic_policies))
+    return layout
+
+
+def _is_partition_of(topic: str, partitioned: list[str]) -> bool:
+    base, sep, index = topic.rpartition("-partition-")
+    return bool(sep) and index.isdigit() and base in partitioned
+
+
+def _short(full_topic: str) -> str:
+    """`persistent://t/ns/name` -> `name`."""
+    return full_topic.split("://", 1)[-1].split("/", 2)[2]
+
+
+# -- resources from the layout (driver) ------------------------------------------------------------
+
+def namespace_policies(policies: dict[str, Any], own_cluster: str, as_cluster: str) -> dict[str, Any]:
+    """The synced subset of a namespace's policies, cluster-keyed maps re-keyed to `as_cluster`."""
+    kept: dict[str, Any] = {}
+    for name in r.NAMESPACE_POLICY_SETTERS:
+        value = policies.get(name)
+        if name in r.CLUSTER_KEYED_POLICIES:
+            value = {as_cluster: value[own_cluster]} if value and own_cluster in value else None
+        if value is None or value == {}:
+            continue
+        kept[name] = value
+    return kept
+
+
+def layout_resources(layout: TenantLayout, spec: MigrationSpec, side: str, own_cluster: str) -> list[r.Resource]:
+    """Namespaces and the grants stored in namespace policies, as rows for `side`.
+
+    Source rows are expressed as the target must hold them (cluster-keyed maps re-keyed).
+    """
+    rows: list[r.Resource] = []
+    selected_topics = {t.local: t for t in layout.topics}
+    for ns, ns_layout in sorted(layout.namespaces.items()):
+        policies = ns_layout.policies
+        rows.append(r.Resource.of(side, r.NAMESPACE, ns, ns, {
+            "policies": namespace_policies(policies, own_cluster, spec.target),
+            "numBundles": (policies.get("bundles") or {}).get("numBundles"),
+        }))
+        auth = policies.get("auth_policies") or {}
+        for role, actions in sorted((auth.get("namespace_auth") or {}).items()):
+            rows.append(r.Resource.of(side, r.NAMESPACE_PERMISSION, r.child_key(ns, role), ns, sorted(actions)))
+        for sub, roles in sorted((auth.get("subscription_auth_roles") or {}).items()):
+            rows.append(r.Resource.of(side, r.SUBSCRIPTION_PERMISSION, r.child_key(ns, sub), ns, sorted(roles)))
+        for topic_uri, grants in sorted((auth.get("destination_auth") or {}).items()):
+            local = topic_uri.split("://", 1)[-1].split("/", 1)[1]
+            if local not in selected_topics:
+                continue
+            for role, actions in sorted(grants.items()):
+                rows.append(r.Resource.of(side, r.TOPIC_PERMISSION, r.child_key(local, role), ns, sorted(actions)))
+    return rows
+
+
+def tenant_row(side: str, tenant: str, info: dict[str, Any] | None) -> r.Resource | None:
+    if info is None:
+        return None
+    return r.Resource.of(side, r.TENANT, tenant, "", {
+        "adminRoles": sorted(info.get("adminRoles") or []),
+        "allowedClusters": sorted(info.get("allowedClusters") or []),
+    })
+
+
+# -- per-topic details (executors) -----------------------------------------------------------------
+
+def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -> list[r.Resource]:
+    """Topic (partition count), durable subscriptions, latest schema and topic policies of one topic."""
+    base = f"/persistent/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}"
+    rows: list[r.Resource] = []
+    partitions = admin.get(f"{base}/partitions")["partitions"] if ref.partitioned else 0
+    rows.append(r.Resource.of(side, r.TOPIC, ref.local, ref.namespace, {"partitions": partitions}))
+    try:
+        stats = admin.get(f"{base}/partitioned-stats" if ref.partitioned else f"{base}/stats")
+    except NotFound:
+        stats = {"subscriptions": {}}
+    for sub, sub_stats in sorted((stats.get("subscriptions") or {}).items()):
+        if r.is_replicator_cursor(sub) or sub_stats.get("isDurable") is False:
+            continue
+        rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace,
+                                  {"properties": sub_stats.get("subscriptionProperties") or {}}))
+    try:
+        schema = admin.get(f"/schemas/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}/schema")
+    except NotFound:
+        schema = None
+    if schema:
+        rows.append(r.Resource.of(side, r.SCHEMA, ref.local, ref.namespace, {
+            "type": schema.get("type"), "data": schema.get("data") or "",
+            "properties": schema.get("properties") or {},
+        }))
+    if ref.read_policies:
+        policies = {}
+        for path in r.TOPIC_POLICY_PATHS:
+            value = admin.get(f"{base}/{path}", params={"applied": "false"})
+            if value not in (None, "", {}, b""):
+                policies[path] = value
+        if policies:
+            rows.append(r.Resource.of(side, r.TOPIC_POLICIES, ref.local, ref.namespace, policies))
+    return rows
+
+
+def fetch_topic_resources(
+    admin_factory: Callable[[], PulsarAdmin], tenant: str, refs: Iterable[TopicRef], side: str, concurrency: int
+) -> Iterator[tuple[str, str, str, str, str]]:
+    """Runs `topic_resources` over `refs` with at most `concurrency` calls in flight."""
+    admin = admin_factory()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            for rows in pool.map(lambda ref: topic_resources(admin, tenant, ref, side), list(refs)):
+                yield from (row.as_tuple() for row in rows)
+    finally:
+        admin.close()

@@ -1,0 +1,163 @@
+"""Plan = desired state (from the source) joined with actual state; one row per resource.
+
+Actions: CREATE (absent), UPDATE (present but short of the desired state), CONFLICT (cannot be
+reconciled without shrinking, retyping or deleting something), NOOP (already there, or only on the
+target, which is never touched). Topic rules follow PIP-370's table: fewer partitions on the target
+-> grow; more partitions, or partitioned vs non-partitioned -> CONFLICT.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pulsar_migration.metadata import resources as r
+
+CREATE, UPDATE, CONFLICT, NOOP = "CREATE", "UPDATE", "CONFLICT", "NOOP"
+ACTIONS = (CREATE, UPDATE, CONFLICT, NOOP)
+CHANGING_ACTIONS = (CREATE, UPDATE)
+
+# Kinds whose payload is a set (roles, actions, clusters): the target may hold more; it must hold
+# at least the desired members. Missing members are added, extra ones kept.
+_SET_KINDS = frozenset({r.NAMESPACE_PERMISSION, r.SUBSCRIPTION_PERMISSION, r.TOPIC_PERMISSION})
+# Kinds whose payload is a map of settings: each desired setting must be equal on the target.
+_FIELD_KINDS = frozenset({r.CLUSTER, r.TOPIC_POLICIES})
+
+RESOURCE_SCHEMA = T.StructType([
+    T.StructField("side", T.StringType(), False),
+    T.StructField("kind", T.StringType(), False),
+    T.StructField("key", T.StringType(), False),
+    T.StructField("namespace", T.StringType(), False),
+    T.StructField("payload", T.StringType(), False),
+])
+_DECISION_SCHEMA = T.StructType([
+    T.StructField("action", T.StringType(), False),
+    T.StructField("reason", T.StringType(), False),
+    T.StructField("change", T.StringType(), True),
+])
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    reason: str
+    change: str | None = None  # canonical JSON of what apply sends (CREATE/UPDATE only)
+
+
+def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Decision:
+    """The action for one resource, given its desired and actual payloads (None: absent)."""
+    if desired_json is None:
+        return Decision(NOOP, "exists only on the target; left alone")
+    desired = json.loads(desired_json)
+    if actual_json is None:
+        return Decision(CREATE, "absent", desired_json)
+    actual = json.loads(actual_json)
+    if kind == r.TOPIC:
+        return _decide_topic(desired["partitions"], actual["partitions"])
+    if kind == r.TENANT:
+        return _decide_tenant(desired, actual)
+    if kind in _SET_KINDS:
+        missing = sorted(set(desired) - set(actual))
+        if not missing:
+            return Decision(NOOP, "present")
+        return Decision(UPDATE, f"missing {', '.join(missing)}", r.canonical(sorted(set(desired) | set(actual))))
+    if kind in _FIELD_KINDS:
+        return _decide_fields(desired, actual)
+    if kind == r.NAMESPACE:
+        decision = _decide_fields(desired["policies"], actual["policies"])
+        if decision.action == UPDATE:
+            return Decision(UPDATE, decision.reason, r.canonical({"policies": json.loads(decision.change or "{}")}))
+        return decision
+    # schema, subscription: the whole payload must match
+    if desired == actual:
+        return Decision(NOOP, "equal")
+    return Decision(UPDATE, "differs", desired_json)
+
+
+def _decide_topic(want: int, have: int) -> Decision:
+    if want == have:
+        return Decision(NOOP, "equal" if want else "non-partitioned on both")
+    if want == 0:
+        return Decision(CONFLICT, f"non-partitioned on the source, {have} partitions on the target")
+    if have == 0:
+        return Decision(CONFLICT, f"{want} partitions on the source, non-partitioned on the target")
+    if have < want:
+        return Decision(UPDATE, f"grow partitions {have} -> {want}", r.canonical({"partitions": want}))
+    return Decision(CONFLICT, f"target has more partitions ({have}) than the source ({want}); never shrunk")
+
+
+def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
+    missing = {
+        field: sorted(set(desired.get(field, [])) - set(actual.get(field, [])))
+        for field in ("adminRoles", "allowedClusters")
+    }
+    missing = {k: v for k, v in missing.items() if v}
+    if not missing:
+        return Decision(NOOP, "present")
+    union = {field: sorted(set(desired.get(field, [])) | set(actual.get(field, []))) for field in
+             ("adminRoles", "allowedClusters")}
+    reason = "; ".join(f"missing {field} {', '.join(vals)}" for field, vals in missing.items())
+    return Decision(UPDATE, reason, r.canonical(union))
+
+
+def _decide_fields(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
+    differing = {k: v for k, v in desired.items() if actual.get(k) != v}
+    if not differing:
+        return Decision(NOOP, "equal")
+    return Decision(UPDATE, f"differs in {', '.join(sorted(differing))}", r.canonical(differing))
+
+
+@F.udf(_DECISION_SCHEMA)
+def _decide_udf(kind: str, desired: str | None, actual: str | None) -> tuple[str, str, str | None]:
+    d = decide(kind, desired, actual)
+    return (d.action, d.reason, d.change)
+
+
+def plan_metadata(desired: DataFrame, actual: DataFrame) -> DataFrame:
+    """Joins desired and actual resources into plan rows, then blocks children of conflicting topics.
+
+    Columns: side, kind, key, namespace, action, reason, desired, actual, change.
+    """
+    keys = ["side", "kind", "key"]
+    joined = desired.alias("d").join(actual.alias("a"), on=keys, how="full_outer").select(
+        *keys,
+        F.coalesce(F.col("d.namespace"), F.col("a.namespace")).alias("namespace"),
+        F.col("d.payload").alias("desired"),
+        F.col("a.payload").alias("actual"),
+    )
+    decided = joined.withColumn("decision", _decide_udf("kind", "desired", "actual")).select(
+        *keys, "namespace", "decision.action", "decision.reason", "desired", "actual", "decision.change"
+    )
+    conflicting_topics = decided.filter((F.col("kind") == r.TOPIC) & (F.col("action") == CONFLICT)).select(
+        F.col("key").alias("conflict_topic"), F.col("reason").alias("conflict_reason")
+    )
+    topic_of_row = F.when(F.col("kind") == r.TOPIC_POLICIES, F.col("key")).when(
+        F.col("kind") == r.SCHEMA, F.col("key")
+    ).otherwise(F.split(F.col("key"), r"\|").getItem(0))
+    with_topic = decided.withColumn("topic_of_row", topic_of_row)
+    blocked = (F.col("kind").isin(*sorted(r.TOPIC_CHILD_KINDS))) & F.col("conflict_topic").isNotNull() & (
+        F.col("action").isin(*CHANGING_ACTIONS)
+    )
+    return (
+        with_topic.join(F.broadcast(conflicting_topics), with_topic.topic_of_row == conflicting_topics.conflict_topic,
+                        "left")
+        .withColumn("reason", F.when(blocked, F.concat(F.lit("topic in conflict: "), F.col("conflict_reason")))
+                    .otherwise(F.col("reason")))
+        .withColumn("change", F.when(blocked, F.lit(None)).otherwise(F.col("change")))
+        .withColumn("action", F.when(blocked, F.lit(CONFLICT)).otherwise(F.col("action")))
+        .drop("topic_of_row", "conflict_topic", "conflict_reason")
+    )
+
+
+def plan_counts(plan: DataFrame) -> dict[str, int]:
+    """`{"<kind>.<action>": n, "<action>": n}` for the report."""
+    counts: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+    for row in plan.groupBy("kind", "action").count().collect():
+        counts[f"{row['kind']}.{row['action']}"] = row["count"]
+        counts[row["action"]] += row["count"]
+    return counts

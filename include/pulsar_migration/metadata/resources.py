@@ -1,0 +1,153 @@
+"""The resource model of metadata sync: one row per thing that must exist on a cluster.
+
+A resource is (side, kind, key, namespace, payload). `side` says which cluster the row is about
+("source" for the registrations and tenant access the source needs, "target" for everything else);
+`payload` is canonical JSON so two inventories compare as strings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "source"
+TARGET = "target"
+
+# Kinds, in the order apply must run them (a later kind may need an earlier one to exist).
+CLUSTER = "cluster"
+TENANT = "tenant"
+NAMESPACE = "namespace"
+NAMESPACE_PERMISSION = "namespace_permission"
+SUBSCRIPTION_PERMISSION = "subscription_permission"
+TOPIC = "topic"
+TOPIC_PERMISSION = "topic_permission"
+TOPIC_POLICIES = "topic_policies"
+SCHEMA = "schema"
+SUBSCRIPTION = "subscription"
+
+APPLY_PHASES: tuple[tuple[str, ...], ...] = (
+    (CLUSTER,),
+    (TENANT,),
+    (NAMESPACE,),
+    (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC),
+    (TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA),
+    (SUBSCRIPTION,),
+)
+ALL_KINDS = tuple(kind for phase in APPLY_PHASES for kind in phase)
+# Kinds stored inside the namespace's policies znode: concurrent writes to one namespace race
+# (optimistic versioning), so apply runs them one namespace at a time.
+NAMESPACE_SERIAL_KINDS = frozenset({NAMESPACE, NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC_PERMISSION})
+# Kinds that hang off a topic: when the topic is in conflict they are not applied either.
+TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA, SUBSCRIPTION})
+
+# Namespace policies kept on the target, with the admin call that sets each one on an existing
+# namespace (a new namespace gets them all in its creation body). Fields not listed are either
+# cluster-local (bundles layout, offload storage, resource groups) or handled by their own kind
+# (auth_policies) or deliberately never touched (replication_clusters, allowed_clusters: changing
+# them can trigger cascading topic deletion).
+# value: (HTTP method, path suffix under /namespaces/{t}/{ns})
+NAMESPACE_POLICY_SETTERS: dict[str, tuple[str, str]] = {
+    "retention_policies": ("POST", "/retention"),
+    "message_ttl_in_seconds": ("POST", "/messageTTL"),
+    "deduplicationEnabled": ("POST", "/deduplication"),
+    "deduplicationSnapshotIntervalSeconds": ("POST", "/deduplicationSnapshotInterval"),
+    "schema_compatibility_strategy": ("PUT", "/schemaCompatibilityStrategy"),
+    "is_allow_auto_update_schema": ("POST", "/isAllowAutoUpdateSchema"),
+    "schema_validation_enforced": ("POST", "/schemaValidationEnforced"),
+    "encryption_required": ("POST", "/encryptionRequired"),
+    "subscription_auth_mode": ("POST", "/subscriptionAuthMode"),
+    "max_producers_per_topic": ("POST", "/maxProducersPerTopic"),
+    "max_consumers_per_topic": ("POST", "/maxConsumersPerTopic"),
+    "max_consumers_per_subscription": ("POST", "/maxConsumersPerSubscription"),
+    "max_unacked_messages_per_consumer": ("POST", "/maxUnackedMessagesPerConsumer"),
+    "max_unacked_messages_per_subscription": ("POST", "/maxUnackedMessagesPerSubscription"),
+    "max_subscriptions_per_topic": ("POST", "/maxSubscriptionsPerTopic"),
+    "max_topics_per_namespace": ("POST", "/maxTopicsPerNamespace"),
+    "autoTopicCreationOverride": ("POST", "/autoTopicCreation"),
+    "autoSubscriptionCreationOverride": ("POST", "/autoSubscriptionCreation"),
+    "delayed_delivery_policies": ("POST", "/delayedDelivery"),
+    "inactive_topic_policies": ("POST", "/inactiveTopicPolicies"),
+    "compaction_threshold": ("PUT", "/compactionThreshold"),
+    "subscription_expiration_time_minutes": ("POST", "/subscriptionExpirationTime"),
+    "persistence": ("POST", "/persistence"),
+    "properties": ("PUT", "/properties"),
+    "subscription_types_enabled": ("POST", "/subscriptionTypesEnabled"),
+    "backlog_quota_map": ("POST", "/backlogQuota"),  # one call per quota type
+    # Rate maps are keyed by cluster name: the source's entry becomes the target's.
+    "topicDispatchRate": ("POST", "/dispatchRate"),
+    "subscriptionDispatchRate": ("POST", "/subscriptionDispatchRate"),
+    "publishMaxMessageRate": ("POST", "/publishRate"),
+    "clusterSubscribeRate": ("POST", "/subscribeRate"),
+}
+CLUSTER_KEYED_POLICIES = frozenset(
+    {"topicDispatchRate", "subscriptionDispatchRate", "publishMaxMessageRate", "clusterSubscribeRate"}
+)
+
+# Topic-level policies read and set per topic (path suffix under /persistent/{t}/{ns}/{topic}).
+# Topic policies live in the namespace's __change_events system topic: a namespace without it has
+# none, and inventory skips these calls there.
+TOPIC_POLICY_PATHS: tuple[str, ...] = (
+    "retention",
+    "messageTTL",
+    "deduplicationEnabled",
+    "maxProducers",
+    "maxConsumers",
+    "maxUnackedMessagesOnConsumer",
+    "maxUnackedMessagesOnSubscription",
+    "maxSubscriptionsPerTopic",
+    "maxMessageSize",
+    "compactionThreshold",
+    "persistence",
+    "delayedDelivery",
+    "inactiveTopicPolicies",
+    "dispatchRate",
+    "subscriptionDispatchRate",
+    "publishRate",
+    "backlogQuotaMap",
+)
+CHANGE_EVENTS_TOPIC = "__change_events"
+
+
+def canonical(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal values give equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Resource:
+    side: str
+    kind: str
+    key: str
+    namespace: str
+    payload: str  # canonical JSON
+
+    @classmethod
+    def of(cls, side: str, kind: str, key: str, namespace: str, payload: Any) -> Resource:
+        return cls(side, kind, key, namespace, canonical(payload))
+
+    def as_tuple(self) -> tuple[str, str, str, str, str]:
+        return (self.side, self.kind, self.key, self.namespace, self.payload)
+
+
+def topic_key(namespace: str, topic: str) -> str:
+    return f"{namespace}/{topic}"
+
+
+def child_key(topic_local: str, name: str) -> str:
+    """Key of a topic's child (role, subscription): `ns/topic|name`."""
+    return f"{topic_local}|{name}"
+
+
+def split_child_key(key: str) -> tuple[str, str]:
+    topic_local, _, name = key.partition("|")
+    return topic_local, name
+
+
+def is_system_topic(topic: str) -> bool:
+    """Pulsar's internal topics (`__change_events`, `__transaction_buffer_snapshot`, ...)."""
+    return topic.startswith("__")
+
+
+def is_replicator_cursor(subscription: str) -> bool:
+    return subscription.startswith("pulsar.repl.")

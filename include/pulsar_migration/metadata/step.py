@@ -1,0 +1,119 @@
+"""sync_metadata: register clusters, then make the target hold the source tenant's metadata.
+
+inventory (source = desired, both clusters = actual) -> plan (Spark join) -> apply (executors) ->
+verify (fresh inventory; every covered row must project equal to its desired payload).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pulsar_migration import rundir
+from pulsar_migration.metadata import resources as r
+from pulsar_migration.metadata.apply import Change, apply_changes
+from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CONFLICT, plan_counts, plan_metadata
+from pulsar_migration.metadata.state import Clusters, actual_state, desired_state, project_actual
+from pulsar_migration.report import stable_hash
+from pulsar_migration.stepjob import StepContext, StepFailed
+
+log = logging.getLogger(__name__)
+
+STEP = "sync_metadata"
+PLAN_DATASET = "sync_metadata_plan"
+DEFAULT_CONCURRENCY = 8
+CONFLICT_DETAIL_LIMIT = 100
+
+
+def run(ctx: StepContext) -> None:
+    spec, report, spark = ctx.spec, ctx.report, ctx.spark
+    concurrency = int(spec.options.get("admin_concurrency", DEFAULT_CONCURRENCY))
+    clusters = Clusters.open(spec)
+    try:
+        started = time.monotonic()
+        # Both inventories complete before anything is written: bad input fails with no writes.
+        source = read_layout(clusters.source, spec, must_exist=True)
+        desired = desired_state(spark, spec, clusters, source, concurrency).cache()
+        desired_topics = {row.key for row in desired.filter(F.col("kind") == r.TOPIC).select("key").collect()}
+        actual = actual_state(spark, spec, clusters, desired_topics, concurrency)
+        plan = plan_metadata(desired, actual).cache()
+        report.details["inventory_s"] = round(time.monotonic() - started, 3)
+        _record_plan(ctx, plan)
+
+        conflicts = report.counts.get(CONFLICT, 0)
+        if conflicts and not spec.proceed_on_conflict:
+            raise StepFailed(f"{conflicts} conflict(s) in the plan (see {rundir.join(ctx.run_dir, PLAN_DATASET)}); "
+                             "resolve them on the target or set options.proceed_on_conflict")
+        if ctx.dry_run:
+            return
+
+        changes = [Change(**row.asDict()) for row in plan.filter(F.col("action").isin(*CHANGING_ACTIONS))
+                   .select("side", "kind", "key", "namespace", "action", "desired", "change").collect()]
+        started = time.monotonic()
+        results = apply_changes(spark, spec, changes, concurrency)
+        report.details["apply_s"] = round(time.monotonic() - started, 3)
+        report.counts["applied"] = sum(res.ok for res in results)
+        report.counts["apply_failed"] = sum(not res.ok for res in results)
+        failures = [res for res in results if not res.ok]
+        report.details["apply_failures"] = [
+            {"side": f.side, "kind": f.kind, "key": f.key, "action": f.action, "error": f.error}
+            for f in failures[:CONFLICT_DETAIL_LIMIT]
+        ]
+        if failures:
+            first = failures[0]
+            raise StepFailed(f"{len(failures)} of {len(results)} change(s) failed; first: {first.kind} "
+                             f"{first.key} ({first.action}): {first.error}")
+
+        started = time.monotonic()
+        _verify(ctx, clusters, desired, desired_topics, concurrency)
+        report.details["verify_s"] = round(time.monotonic() - started, 3)
+    finally:
+        clusters.close()
+
+
+def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
+    """Writes the plan dataset, counts it into the report and logs a summary."""
+    location = rundir.join(ctx.run_dir, PLAN_DATASET)
+    plan.orderBy("side", "kind", "key").write.mode("overwrite").parquet(location)
+    ctx.report.details["plan"] = location
+    ctx.report.counts.update(plan_counts(plan))
+    ctx.report.details["conflicts"] = [
+        {"kind": row.kind, "key": row.key, "reason": row.reason}
+        for row in plan.filter(F.col("action") == CONFLICT).orderBy("kind", "key").limit(CONFLICT_DETAIL_LIMIT)
+        .collect()
+    ]
+    changing = plan.filter(F.col("action").isin(*CHANGING_ACTIONS)).orderBy("side", "kind", "key")
+    for row in changing.limit(20).collect():
+        log.info("plan: %-8s %-6s %-23s %s (%s)", row.action, row.side, row.kind, row.key, row.reason)
+    log.info("plan: %s", ", ".join(f"{a}={ctx.report.counts.get(a, 0)}" for a in ("CREATE", "UPDATE", "CONFLICT",
+                                                                                     "NOOP")))
+    for conflict in ctx.report.details["conflicts"][:20]:
+        log.warning("conflict: %s %s: %s", conflict["kind"], conflict["key"], conflict["reason"])
+
+
+def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
+            concurrency: int) -> None:
+    """Fresh inventory of both clusters; every non-conflicting desired row must now hold exactly."""
+    spec, report, spark = ctx.spec, ctx.report, ctx.spark
+    actual = actual_state(spark, spec, clusters, desired_topics, concurrency)
+    replan = plan_metadata(desired, actual).filter(F.col("desired").isNotNull()).cache()
+    covered = replan.filter(F.col("action") != CONFLICT).select("side", "kind", "key", "desired", "actual").collect()
+    desired_lines = [f"{row.side}|{row.kind}|{row.key}|{row.desired}" for row in covered]
+    actual_lines = [f"{row.side}|{row.kind}|{row.key}|{project_actual(row.kind, row.desired, row.actual)}"
+                    for row in covered]
+    report.counts["verified_rows"] = len(covered)
+    report.hashes["desired"] = stable_hash(desired_lines)
+    report.hashes["target_actual"] = stable_hash(actual_lines)
+    mismatched = [d.split("|", 3)[:3] for d, a in zip(sorted(desired_lines), sorted(actual_lines), strict=True)
+                  if d != a]
+    remaining = replan.filter(F.col("action").isin(*CHANGING_ACTIONS)).count()
+    report.counts["verify_remaining_changes"] = remaining
+    if report.hashes["desired"] != report.hashes["target_actual"] or remaining:
+        example = mismatched[0] if mismatched else ["?", "?", "?"]
+        raise StepFailed(f"verification failed: {len(mismatched)} resource(s) differ after apply "
+                         f"(first: {example[1]} {example[2]} on {example[0]}), {remaining} change(s) still planned")
+    log.info("verified %d resources: desired hash %s == actual hash", len(covered), report.hashes["desired"][:16])

@@ -1,0 +1,19 @@
+"""Step 1 of a tenant migration: metadata sync (see pulsar_migration.metadata.step).
+
+    spark-submit spark_jobs/sync_metadata.py --spec SPEC.json --run-dir RUN_DIR [--dry-run]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pulsar_migration.metadata.step import STEP, run
+from pulsar_migration.stepjob import run_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_step(STEP, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""sync_metadata against the real local cluster pair: full sync, no-op re-run, conflicts, dry run, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import PLAN_DATASET, STEP, run
+from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.tenant_builders import build_rich_tenant, snapshot, write_spec
+
+
+def sync(spec: Path, run_dir: Path, *extra: str) -> int:
+    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
+
+
+def report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / f"{STEP}.json").read_text())
+
+
+def plan_rows(spark: SparkSession, run_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    rows = spark.read.parquet(str(run_dir / PLAN_DATASET)).filter("side = 'target'").collect()
+    return {(row.kind, row.key): (row.action, row.reason) for row in rows}
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines, "no error line on stderr"
+    return lines[-1]
+
+
+def test_full_sync_makes_target_equal_and_second_run_is_noop(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-sync")
+    built = build_rich_tenant(admin_a, tenant, [cluster_a.name], cluster_a.name)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+
+    assert sync(spec, tmp_path / "run1") == 0
+    source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
+    assert target == source
+    assert sorted(target["namespaces"]) == built["namespaces"]
+    topics = {f"{ns}/{t}": v["partitions"] for ns, s in target["namespaces"].items() for t, v in s["topics"].items()}
+    assert topics == built["topics"]
+    assert target["namespaces"]["orders"]["topics"]["created"]["subscriptions"] == {
+        "settlement": {"owner": "payments"}, "analytics": {}}
+    assert target["namespaces"]["orders"]["topics"]["created"]["schema"][0] == "AVRO"
+    assert target["namespaces"]["audit"]["topics"]["trail"]["schema"][0] == "JSON"
+    assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
+    # Both sides now allow both clusters (the source first: Pulsar requires it before replication).
+    for admin in (admin_a, admin_b):
+        assert set(admin.get(f"/tenants/{tenant}")["allowedClusters"]) == {cluster_a.name, cluster_b.name}
+    first = report(tmp_path / "run1")
+    assert first["verdict"] == "ok"
+    # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 2 topic grants
+    # + 2 topic-policy sets + 2 schemas + 5 subscriptions; the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (25, 1)
+    assert first["counts"]["applied"] == 26 and first["counts"]["apply_failed"] == 0
+    assert first["hashes"]["desired"] == first["hashes"]["target_actual"]
+
+    assert sync(spec, tmp_path / "run2") == 0
+    second = report(tmp_path / "run2")
+    assert (second["counts"]["CREATE"], second["counts"]["UPDATE"], second["counts"]["applied"]) == (0, 0, 0)
+    assert snapshot(admin_b, tenant) == target
+
+
+def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    tenant = unique("it-conflict")
+    both = [cluster_a.name, cluster_b.name]
+    for admin, layout in ((admin_a, {"fewer": 4, "more": 2, "typed": 2, "plain": 0}),
+                          (admin_b, {"fewer": 2, "more": 5, "typed": 0, "plain": 3})):
+        admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": both})
+        admin.put(f"/namespaces/{tenant}/ns")
+        for topic, partitions in layout.items():
+            path = f"/persistent/{tenant}/ns/{topic}"
+            admin.put(f"{path}/partitions", partitions) if partitions else admin.put(path)
+    admin_a.put(f"/persistent/{tenant}/ns/more/subscription/late", {"ledgerId": -1, "entryId": -1})
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    before = snapshot(admin_b, tenant)
+
+    assert sync(spec, tmp_path / "run1") == 1
+    assert "4 conflict(s)" in error_line(capsys)  # 3 topics + 1 subscription under one
+    plan = plan_rows(spark, tmp_path / "run1")
+    assert plan[("topic", "ns/fewer")][0] == "UPDATE"
+    assert plan[("topic", "ns/more")] == ("CONFLICT", "target has more partitions (5) than the source (2); "
+                                                      "never shrunk")
+    assert plan[("topic", "ns/typed")][0] == "CONFLICT" and "non-partitioned on the target" in plan[
+        ("topic", "ns/typed")][1]
+    assert plan[("topic", "ns/plain")][0] == "CONFLICT"
+    assert plan[("subscription", "ns/more|late")][0] == "CONFLICT"
+    assert snapshot(admin_b, tenant) == before, "conflicts must stop the step before any write"
+
+    proceed = write_spec(tmp_path / "spec2.json", tenant, cluster_a, cluster_b,
+                         options={"proceed_on_conflict": True})
+    assert sync(proceed, tmp_path / "run2") == 0
+    after = snapshot(admin_b, tenant)["namespaces"]["ns"]["topics"]
+    assert {t: v["partitions"] for t, v in after.items()} == {"fewer": 4, "more": 5, "typed": 0, "plain": 3}
+    assert after["more"]["subscriptions"] == {}
+
+
+def test_dry_run_writes_a_plan_and_changes_nothing(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-dry")
+    build_rich_tenant(admin_a, tenant, [cluster_a.name], cluster_a.name)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
+
+    assert sync(spec, tmp_path / "run", "--dry-run") == 0
+    assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant)) == before
+    assert before[2] == {"tenant": None}
+    result = report(tmp_path / "run")
+    assert result["verdict"] == "planned" and result["dry_run"] is True
+    plan = plan_rows(spark, tmp_path / "run")
+    assert plan[("tenant", tenant)][0] == "CREATE"
+    assert plan[("topic", "billing/invoices")][0] == "CREATE"
+    assert result["counts"]["CREATE"] == sum(1 for action, _ in plan.values() if action == "CREATE")
+
+
+@pytest.mark.parametrize("case", ["unknown-tenant", "unreachable-target", "missing-field", "unknown-field",
+                                  "bad-regex", "missing-token-env"])
+def test_bad_input_fails_with_one_line_and_writes_nothing(
+    case: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, spark: SparkSession,
+) -> None:
+    tenant = unique("it-bad")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    spec = json.loads(spec_path.read_text())
+    expected_code, expected_text = 2, ""
+    if case == "unknown-tenant":
+        spec["tenant"] = "no-such-tenant-" + tenant
+        expected_code, expected_text = 1, f"tenant 'no-such-tenant-{tenant}' does not exist on cluster cluster-a"
+    elif case == "unreachable-target":
+        spec["clusters"][cluster_b.name]["admin_url"] = "http://127.0.0.1:9"
+        expected_code, expected_text = 1, "cluster-b is unreachable at http://127.0.0.1:9"
+    elif case == "missing-field":
+        del spec["source"]
+        expected_text = "missing field 'source'"
+    elif case == "unknown-field":
+        spec["tenantt"] = tenant
+        expected_text = "unknown field 'tenantt'"
+    elif case == "bad-regex":
+        spec["topics"] = {"include": ["orders-(["], "exclude": []}
+        expected_text = "topics.include[0] is not a valid regex"
+    elif case == "missing-token-env":
+        spec["clusters"][cluster_b.name]["token_env"] = "PM_TEST_TOKEN_THAT_IS_NOT_SET"
+        monkeypatch.delenv("PM_TEST_TOKEN_THAT_IS_NOT_SET", raising=False)
+        expected_text = "PM_TEST_TOKEN_THAT_IS_NOT_SET"
+    spec_path.write_text(json.dumps(spec))
+    tenant_before = admin_a.get(f"/tenants/{tenant}")
+
+    assert sync(spec_path, tmp_path / "run") == expected_code
+    line = error_line(capsys)
+    assert line.startswith("error: ") and expected_text in line, line
+    assert admin_a.get(f"/tenants/{tenant}") == tenant_before
+    assert tenant not in admin_b.get("/tenants")
+
+
+@pytest.mark.slow
+def test_scale_1000_topics(spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster,
+                           admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path) -> None:
+    from benchmarks.metadata_scale import create_source_tenant  # shared with the benchmark
+
+    tenant = unique("it-scale")
+    layout = create_source_tenant(admin_a, tenant, [cluster_a.name], topics=1000)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"admin_concurrency": 16})
+    assert sync(spec, tmp_path / "run") == 0
+    synced = report(tmp_path / "run")
+    assert synced["counts"]["topic.CREATE"] == 1000
+    target_topics = 0
+    for ns in layout:
+        target_topics += len(admin_b.get(f"/persistent/{tenant}/{ns}/partitioned"))
+        target_topics += sum(1 for t in admin_b.get(f"/persistent/{tenant}/{ns}") if "-partition-" not in t)
+    assert target_topics == 1000
+    assert sync(spec, tmp_path / "run2") == 0
+    assert report(tmp_path / "run2")["counts"]["topic.NOOP"] == 1000
