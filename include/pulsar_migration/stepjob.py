@@ -35,6 +35,13 @@ class StepFailed(RuntimeError):
     """A step's own verification failed; the message is the one error line."""
 
 
+# Steps shuffle thousands of metadata rows, not terabytes: 200 shuffle tasks would dominate run time.
+_SESSION_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
 class _LazySpark:
     """Builds the SparkSession on first use; stops it only if this object built it."""
 
@@ -45,13 +52,19 @@ class _LazySpark:
 
     def get(self) -> SparkSession:
         if self._session is None:
-            from pyspark import SparkContext
+            from pyspark import SparkConf, SparkContext
             from pyspark.sql import SparkSession
 
             # A session someone else started (a test fixture, a notebook) is reused and left running.
             self._owned = SparkContext._active_spark_context is None
-            self._session = (SparkSession.builder.appName(self.app_name)
-                             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+            given = SparkConf()  # what spark-submit --conf / spark-defaults set: those win
+            builder = SparkSession.builder.appName(self.app_name).config("spark.sql.session.timeZone", "UTC")
+            for key, value in _SESSION_DEFAULTS.items():
+                if not given.contains(key):
+                    builder = builder.config(key, value)
+            self._session = builder.getOrCreate()
+            if self._owned and not given.contains("spark.log.level"):
+                self._session.sparkContext.setLogLevel("WARN")  # keep the step's own log readable
         return self._session
 
     def stop(self) -> None:

@@ -112,10 +112,13 @@ def _decide_fields(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
     return Decision(UPDATE, f"differs in {', '.join(sorted(differing))}", r.canonical(differing))
 
 
-@F.udf(_DECISION_SCHEMA)
-def _decide_udf(kind: str, desired: str | None, actual: str | None) -> tuple[str, str, str | None]:
+def _decide_row(kind: str, desired: str | None, actual: str | None) -> tuple[str, str, str | None]:
     d = decide(kind, desired, actual)
     return (d.action, d.reason, d.change)
+
+
+# useArrow explicit: otherwise Spark tries to infer a pandas UDF from the (postponed) type hints.
+_decide_udf = F.udf(_decide_row, _DECISION_SCHEMA, useArrow=False)
 
 
 def plan_metadata(desired: DataFrame, actual: DataFrame) -> DataFrame:

@@ -1,0 +1,132 @@
+"""Planning rules of metadata sync (pure logic and the Spark join), no cluster needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pulsar_migration.metadata import resources as r
+from pulsar_migration.metadata.inventory import _is_partition_of, namespace_policies, registration_payload
+from pulsar_migration.metadata.plan import CONFLICT, CREATE, NOOP, UPDATE, decide, plan_counts, plan_metadata
+from pulsar_migration.metadata.state import project_actual
+from pulsar_migration.spec import ClusterSpec, TlsSpec
+from pyspark.sql import SparkSession
+
+
+def j(value: object) -> str:
+    return r.canonical(value)
+
+
+@pytest.mark.parametrize(("want", "have", "action", "reason_part"), [
+    (3, 3, NOOP, "equal"),
+    (0, 0, NOOP, "non-partitioned on both"),
+    (8, 3, UPDATE, "grow partitions 3 -> 8"),
+    (3, 8, CONFLICT, "never shrunk"),
+    (0, 4, CONFLICT, "non-partitioned on the source"),
+    (4, 0, CONFLICT, "non-partitioned on the target"),
+])
+def test_topic_rules_follow_pip370(want: int, have: int, action: str, reason_part: str) -> None:
+    decision = decide(r.TOPIC, j({"partitions": want}), j({"partitions": have}))
+    assert decision.action == action and reason_part in decision.reason
+    if action == UPDATE:
+        assert json.loads(decision.change or "") == {"partitions": want}
+    else:
+        assert decision.change is None
+
+
+def test_absent_is_create_and_target_only_is_left_alone() -> None:
+    assert decide(r.TOPIC, j({"partitions": 2}), None).action == CREATE
+    created = decide(r.SCHEMA, j({"type": "AVRO"}), None)
+    assert (created.action, created.change) == (CREATE, j({"type": "AVRO"}))
+    assert decide(r.NAMESPACE, None, j({"policies": {}})).action == NOOP
+
+
+def test_grants_only_ever_grow() -> None:
+    decision = decide(r.NAMESPACE_PERMISSION, j(["consume", "produce"]), j(["consume", "functions"]))
+    assert decision.action == UPDATE and "produce" in decision.reason
+    assert json.loads(decision.change or "") == ["consume", "functions", "produce"]  # extra action kept
+    assert decide(r.TOPIC_PERMISSION, j(["consume"]), j(["consume", "produce"])).action == NOOP
+
+
+def test_tenant_keeps_target_roles_and_clusters() -> None:
+    decision = decide(r.TENANT, j({"adminRoles": ["a"], "allowedClusters": ["x", "y"]}),
+                      j({"adminRoles": ["b"], "allowedClusters": ["y", "z"]}))
+    assert decision.action == UPDATE
+    assert json.loads(decision.change or "") == {"adminRoles": ["a", "b"], "allowedClusters": ["x", "y", "z"]}
+    assert decide(r.TENANT, j({"allowedClusters": ["x"]}), j({"adminRoles": [], "allowedClusters": ["x", "y"]})
+                  ).action == NOOP
+
+
+def test_namespace_policies_update_only_the_differing_fields() -> None:
+    desired = j({"policies": {"message_ttl_in_seconds": 60, "deduplicationEnabled": True}, "numBundles": 4})
+    actual = j({"policies": {"message_ttl_in_seconds": 60, "deduplicationEnabled": False,
+                             "max_producers_per_topic": 3}, "numBundles": 16})
+    decision = decide(r.NAMESPACE, desired, actual)
+    assert decision.action == UPDATE and decision.reason == "differs in deduplicationEnabled"
+    assert json.loads(decision.change or "") == {"policies": {"deduplicationEnabled": True}}
+    assert decide(r.NAMESPACE, desired, j({"policies": {"message_ttl_in_seconds": 60, "deduplicationEnabled": True},
+                                           "numBundles": 16})).action == NOOP
+
+
+def test_subscription_properties_must_match() -> None:
+    assert decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"properties": {}})).action == UPDATE
+    assert decide(r.SUBSCRIPTION, j({"properties": {}}), j({"properties": {}})).action == NOOP
+
+
+def test_cluster_keyed_rate_maps_move_to_the_target_name() -> None:
+    rate = {"dispatchThrottlingRateInMsg": 10}
+    kept = namespace_policies({"topicDispatchRate": {"a": rate, "other": {"x": 1}}, "message_ttl_in_seconds": 5,
+                               "retention_policies": None, "properties": {}, "replication_clusters": ["a"]},
+                              own_cluster="a", as_cluster="b")
+    assert kept == {"topicDispatchRate": {"b": rate}, "message_ttl_in_seconds": 5}
+
+
+def test_partition_names_are_recognised_only_for_partitioned_parents() -> None:
+    assert _is_partition_of("orders-partition-3", ["orders"])
+    assert not _is_partition_of("orders-partition-x", ["orders"])
+    assert not _is_partition_of("legacy-partition-0", ["orders"])
+
+
+def test_registration_payload_never_holds_a_token() -> None:
+    plain = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652"))
+    assert plain == {"serviceUrl": "http://h:8082", "brokerServiceUrl": "pulsar://h:6652"}
+    secured = registration_payload(ClusterSpec("b", "https://h:8443", "pulsar+ssl://h:6651", token_env="B_TOKEN",
+                                               tls=TlsSpec(trust_certs_file="/ca.pem")))
+    assert secured["serviceUrlTls"] == "https://h:8443" and secured["brokerClientTlsEnabled"] is True
+    assert secured["authenticationPlugin"].endswith("AuthenticationToken")
+    assert "authenticationParameters" not in secured
+
+
+def test_projection_of_a_superset_equals_the_desired_payload() -> None:
+    assert project_actual(r.NAMESPACE_PERMISSION, j(["consume"]), j(["consume", "produce"])) == j(["consume"])
+    assert project_actual(r.TOPIC_POLICIES, j({"maxProducers": 4}), j({"maxProducers": 4, "messageTTL": 5})) == j(
+        {"maxProducers": 4})
+    assert project_actual(r.SCHEMA, j({"type": "AVRO"}), None) is None
+
+
+def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) -> None:
+    rows = [
+        (r.TARGET, r.TOPIC, "ns/t", "ns", j({"partitions": 2})),
+        (r.TARGET, r.SUBSCRIPTION, "ns/t|s", "ns", j({"properties": {}})),
+        (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"type": "AVRO", "data": "", "properties": {}})),
+        (r.TARGET, r.TOPIC, "ns/ok", "ns", j({"partitions": 0})),
+        (r.TARGET, r.SUBSCRIPTION, "ns/ok|s", "ns", j({"properties": {}})),
+    ]
+    actual = [
+        (r.TARGET, r.TOPIC, "ns/t", "ns", j({"partitions": 5})),
+        (r.TARGET, r.TOPIC, "ns/only-here", "ns", j({"partitions": 0})),
+    ]
+    from pulsar_migration.metadata.plan import RESOURCE_SCHEMA
+
+    plan = plan_metadata(spark.createDataFrame(rows, RESOURCE_SCHEMA), spark.createDataFrame(actual, RESOURCE_SCHEMA))
+    got = {(row.kind, row.key): (row.action, row.reason, row.change) for row in plan.collect()}
+    assert got[(r.TOPIC, "ns/t")][0] == CONFLICT
+    assert got[(r.SUBSCRIPTION, "ns/t|s")][:2] == (CONFLICT, "topic in conflict: target has more partitions (5) "
+                                                              "than the source (2); never shrunk")
+    assert got[(r.SUBSCRIPTION, "ns/t|s")][2] is None
+    assert got[(r.SCHEMA, "ns/t")][0] == CONFLICT
+    assert got[(r.TOPIC, "ns/ok")][0] == CREATE and got[(r.SUBSCRIPTION, "ns/ok|s")][0] == CREATE
+    assert got[(r.TOPIC, "ns/only-here")][0] == NOOP
+    counts = plan_counts(plan)
+    assert (counts[CONFLICT], counts[CREATE], counts[NOOP], counts[UPDATE]) == (3, 2, 1, 0)
+    assert counts["topic.CONFLICT"] == 1
