@@ -35,6 +35,7 @@ DEFAULT_CLUSTER_COUNT = 2
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 45.0
 # Two brokers (each with embedded BookKeeper) beside Airflow and Spark on a 2-core / 24 GiB machine.
+# PM_PULSAR_MEM overrides it.
 PULSAR_MEM = "-Xms256m -Xmx1g -XX:MaxDirectMemorySize=768m"
 
 CONFIG_OVERRIDES = {
@@ -177,7 +178,7 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool) -> int:
         **os.environ,
         "PULSAR_STANDALONE_CONF": str(conf),
         "PULSAR_LOG_DIR": str(cluster.log_dir),
-        "PULSAR_MEM": PULSAR_MEM,
+        "PULSAR_MEM": os.environ.get("PM_PULSAR_MEM", PULSAR_MEM),
         "PULSAR_STANDALONE_USE_ZOOKEEPER": "0",
     }
     cmd = [
