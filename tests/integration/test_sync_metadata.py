@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localdev.demo_tenant import build_rich_tenant
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import PLAN_DATASET, STEP, run
@@ -14,7 +15,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
-from tests.integration.tenant_builders import build_rich_tenant, snapshot, write_spec
+from tests.integration.tenant_builders import snapshot, write_spec
 
 
 def sync(spec: Path, run_dir: Path, *extra: str) -> int:
@@ -41,7 +42,7 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     admin_b: PulsarAdmin, tmp_path: Path,
 ) -> None:
     tenant = unique("it-sync")
-    built = build_rich_tenant(admin_a, tenant, [cluster_a.name], cluster_a.name)
+    built = build_rich_tenant(admin_a, tenant, [cluster_a.name])
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
 
     assert sync(spec, tmp_path / "run1") == 0
@@ -114,7 +115,7 @@ def test_dry_run_writes_a_plan_and_changes_nothing(
     admin_b: PulsarAdmin, tmp_path: Path,
 ) -> None:
     tenant = unique("it-dry")
-    build_rich_tenant(admin_a, tenant, [cluster_a.name], cluster_a.name)
+    build_rich_tenant(admin_a, tenant, [cluster_a.name])
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
 
