@@ -1,0 +1,62 @@
+"""A throw-away AIRFLOW_HOME for the DAG tests, migrated and loaded with airflow_settings.yaml.
+
+Airflow reads AIRFLOW_HOME and its AIRFLOW__* settings when it is first imported, so the environment is
+set here at import time: pytest imports this conftest while collecting tests/dags, before any test
+module there imports Airflow. It is the same environment `make airflow` runs with (airflow_env).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from localdev.airflow_local import airflow_env, run_airflow_cli
+from localdev.paths import PROJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+AIRFLOW_TEST_HOME = Path(tempfile.mkdtemp(prefix="pm-airflow-tests-"))
+RUNS_DIR = AIRFLOW_TEST_HOME / "runs"
+DAGS_DIR = PROJECT_ROOT / "dags"
+
+if "airflow" in sys.modules:  # too late to point Airflow at the test home
+    raise pytest.UsageError(
+        "airflow was imported before tests/dags/conftest.py set AIRFLOW_HOME; run tests/dags first "
+        "or keep Airflow imports out of module level elsewhere"
+    )
+os.environ.update(airflow_env(AIRFLOW_TEST_HOME))
+# Run dirs of DAG test runs stay inside the throw-away home (environment variables beat DB variables).
+os.environ["AIRFLOW_VAR_PULSAR_MIGRATION_RUN_DIR_BASE"] = str(RUNS_DIR)
+
+
+@dataclass(frozen=True)
+class AirflowTestDb:
+    home: Path
+    runs_dir: Path
+    migrate_s: float
+    apply_s: float
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Iterator[AirflowTestDb]:
+    """`airflow db migrate` on the test home, then airflow_settings.yaml applied with the project's loader."""
+    migrate_s = run_airflow_cli(["db", "migrate"], os.environ)
+    from localdev.airflow_settings import apply_settings, load_settings
+
+    started = time.monotonic()
+    outcome = apply_settings(load_settings())
+    apply_s = time.monotonic() - started
+    log.info("airflow test DB at %s: migrate %.1fs, settings %.1fs %s", AIRFLOW_TEST_HOME, migrate_s, apply_s, outcome)
+    yield AirflowTestDb(AIRFLOW_TEST_HOME, RUNS_DIR, migrate_s, apply_s)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(AIRFLOW_TEST_HOME, ignore_errors=True)
