@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulsar_migration.admin import NotFound, PulsarAdmin, seg
+from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
@@ -31,7 +31,7 @@ class TopicRef:
     namespace: str
     topic: str
     partitioned: bool
-    read_policies: bool  # the namespace has topic-level policies (its __change_events topic exists)
+    read_policies: bool  # the namespace may have topic-level policies (its __change_events has events)
 
     @property
     def local(self) -> str:
@@ -119,7 +119,7 @@ def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> Namespa
     policies = admin.get(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}")
     partitioned = [_short(t) for t in admin.get(f"{base}/partitioned")]
     every = [_short(t) for t in admin.get(base, params={"includeSystemTopic": "true"})]
-    has_topic_policies = r.CHANGE_EVENTS_TOPIC in every
+    has_topic_policies = _may_hold_topic_policies(admin, base, every)
     layout = NamespaceLayout(ns, policies)
     for topic in partitioned:
         if not r.is_system_topic(topic) and spec.topics.selects(r.topic_key(ns, topic)):
@@ -130,6 +130,29 @@ def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> Namespa
         if spec.topics.selects(r.topic_key(ns, topic)):
             layout.topics.append(TopicRef(ns, topic, False, has_topic_policies))
     return layout
+
+
+def _may_hold_topic_policies(admin: PulsarAdmin, namespace_base: str, every: list[str]) -> bool:
+    """Whether any topic of the namespace may have topic-level policies (else their per-topic reads are skipped).
+
+    Topic policies are events in the namespace's `__change_events` system topic. The broker creates that
+    topic as soon as any topic of the namespace is loaded, so its existence says little; whether it ever
+    received an event says it all: no entry in its ledgers and no compacted ledger means no policies. One
+    call per namespace instead of len(TOPIC_POLICY_PATHS) calls per topic. Anything unexpected (a
+    partitioned `__change_events`, missing fields, an error) answers True: reading too much is only slower.
+    """
+    if r.CHANGE_EVENTS_TOPIC not in every:
+        return any(t.startswith(f"{r.CHANGE_EVENTS_TOPIC}-partition-") for t in every)
+    try:
+        stats = admin.get(f"{namespace_base}/{r.CHANGE_EVENTS_TOPIC}/internalStats")
+    except AdminError as exc:
+        log.warning("cannot read %s/%s internal stats on %s (%s); reading topic policies of every topic",
+                    namespace_base, r.CHANGE_EVENTS_TOPIC, admin.name, exc)
+        return True
+    if not isinstance(stats, dict) or "numberOfEntries" not in stats:
+        return True
+    compacted = stats.get("compactedLedger") or {}
+    return int(stats["numberOfEntries"]) > 0 or int(compacted.get("entries", -1)) > 0
 
 
 def _is_partition_of(topic: str, partitioned: list[str]) -> bool:

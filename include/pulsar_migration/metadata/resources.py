@@ -85,8 +85,8 @@ CLUSTER_KEYED_POLICIES = frozenset(
 )
 
 # Topic-level policies read and set per topic (path suffix under /persistent/{t}/{ns}/{topic}).
-# Topic policies live in the namespace's __change_events system topic: a namespace without it has
-# none, and inventory skips these calls there.
+# Topic policies live in the namespace's __change_events system topic: a namespace where it is absent
+# or has never received an event has none, and inventory skips these calls there.
 TOPIC_POLICY_PATHS: tuple[str, ...] = (
     "retention",
     "messageTTL",
