@@ -189,3 +189,37 @@ def test_scale_1000_topics(spark: SparkSession, cluster_a: LocalCluster, cluster
     assert target_topics == 1000
     assert sync(spec, tmp_path / "run2") == 0
     assert report(tmp_path / "run2")["counts"]["topic.NOOP"] == 1000
+
+
+def test_verification_detects_a_target_that_drifted(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pulsar_migration.metadata import step
+    from pulsar_migration.metadata.inventory import read_layout
+    from pulsar_migration.metadata.state import Clusters, desired_state
+    from pulsar_migration.report import StepReport
+    from pulsar_migration.spec import MigrationSpec
+    from pulsar_migration.stepjob import StepContext, StepFailed
+
+    tenant = unique("it-drift")
+    build_rich_tenant(admin_a, tenant, [cluster_a.name])
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    assert sync(spec_path, tmp_path / "run") == 0
+    # Drift after a verified sync: a subscription disappears, a namespace policy changes.
+    admin_b.delete(f"/persistent/{tenant}/orders/dlq/subscription/replayer")
+    admin_b.post(f"/namespaces/{tenant}/billing/messageTTL", 1)
+
+    spec = MigrationSpec.load(str(spec_path))
+    ctx = StepContext(STEP, spec, str(tmp_path / "verify"), False, None, StepReport.start(STEP, spec))
+    monkeypatch.setattr(step, "VERIFY_RETRY_DELAY_S", 0.0)
+    clusters = Clusters.open(spec)
+    try:
+        desired = desired_state(spark, spec, clusters, read_layout(clusters.source, spec, must_exist=True), 4)
+        topics = {row.key for row in desired.filter("kind = 'topic'").collect()}
+        with pytest.raises(StepFailed, match=r"verification failed: 2 resource\(s\) differ .*2 change\(s\) still"):
+            step._verify(ctx, clusters, desired, topics, 4)
+    finally:
+        clusters.close()
+    assert ctx.report.hashes["desired"] != ctx.report.hashes["target_actual"]
+    assert ctx.report.counts["verify_attempts"] == step.VERIFY_ATTEMPTS

@@ -27,6 +27,8 @@ STEP = "sync_metadata"
 PLAN_DATASET = "sync_metadata_plan"
 DEFAULT_CONCURRENCY = 8
 CONFLICT_DETAIL_LIMIT = 100
+VERIFY_ATTEMPTS = 4
+VERIFY_RETRY_DELAY_S = 2.0
 
 
 def run(ctx: StepContext) -> None:
@@ -100,23 +102,41 @@ def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
 
 def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
             concurrency: int) -> None:
-    """Fresh inventory of both clusters; every non-conflicting desired row must now hold exactly."""
+    """Fresh inventory of both clusters; every non-conflicting desired row must now hold exactly.
+
+    Topic-level policies reach the broker's policy cache through the `__change_events` system topic,
+    a moment after the admin call returns: a mismatch is re-read a few times before it counts.
+    """
+    report = ctx.report
+    for attempt in range(1, VERIFY_ATTEMPTS + 1):
+        mismatched, remaining = _compare(ctx, clusters, desired, desired_topics, concurrency)
+        report.counts["verify_attempts"] = attempt
+        if not mismatched and not remaining:
+            log.info("verified %d resources: desired hash %s == actual hash", report.counts["verified_rows"],
+                     report.hashes["desired"][:16])
+            return
+        if attempt < VERIFY_ATTEMPTS:
+            log.info("verification attempt %d: %d resource(s) not yet as desired; re-reading", attempt,
+                     len(mismatched))
+            time.sleep(VERIFY_RETRY_DELAY_S)
+    first = mismatched[0] if mismatched else ("?", "?", "?")
+    raise StepFailed(f"verification failed: {len(mismatched)} resource(s) differ after apply "
+                     f"(first: {first[1]} {first[2]} on {first[0]}), {remaining} change(s) still planned")
+
+
+def _compare(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
+             concurrency: int) -> tuple[list[tuple[str, str, str]], int]:
+    """Hashes desired vs projected actual payloads; returns the differing rows and the re-plan's changes."""
     spec, report, spark = ctx.spec, ctx.report, ctx.spark
     actual = actual_state(spark, spec, clusters, desired_topics, concurrency)
     replan = plan_metadata(desired, actual).filter(F.col("desired").isNotNull()).cache()
     covered = replan.filter(F.col("action") != CONFLICT).select("side", "kind", "key", "desired", "actual").collect()
-    desired_lines = [f"{row.side}|{row.kind}|{row.key}|{row.desired}" for row in covered]
-    actual_lines = [f"{row.side}|{row.kind}|{row.key}|{project_actual(row.kind, row.desired, row.actual)}"
-                    for row in covered]
-    report.counts["verified_rows"] = len(covered)
-    report.hashes["desired"] = stable_hash(desired_lines)
-    report.hashes["target_actual"] = stable_hash(actual_lines)
-    mismatched = [d.split("|", 3)[:3] for d, a in zip(sorted(desired_lines), sorted(actual_lines), strict=True)
-                  if d != a]
+    pairs = [((row.side, row.kind, row.key), row.desired, project_actual(row.kind, row.desired, row.actual))
+             for row in covered]
+    report.counts["verified_rows"] = len(pairs)
+    report.hashes["desired"] = stable_hash(f"{'|'.join(k)}|{d}" for k, d, _ in pairs)
+    report.hashes["target_actual"] = stable_hash(f"{'|'.join(k)}|{a}" for k, _, a in pairs)
     remaining = replan.filter(F.col("action").isin(*CHANGING_ACTIONS)).count()
     report.counts["verify_remaining_changes"] = remaining
-    if report.hashes["desired"] != report.hashes["target_actual"] or remaining:
-        example = mismatched[0] if mismatched else ["?", "?", "?"]
-        raise StepFailed(f"verification failed: {len(mismatched)} resource(s) differ after apply "
-                         f"(first: {example[1]} {example[2]} on {example[0]}), {remaining} change(s) still planned")
-    log.info("verified %d resources: desired hash %s == actual hash", len(covered), report.hashes["desired"][:16])
+    replan.unpersist()
+    return sorted(k for k, d, a in pairs if d != a), remaining
