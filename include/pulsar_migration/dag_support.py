@@ -7,24 +7,52 @@ the URL scheme), the password holds the cluster's token when it is secured, and 
 or XComs: a task gets them as environment variables named by `token_env_name`, rendered from
 `conn.<id>.password` in `env_vars`, and the spec carries only those names.
 
+The migration DAG's pure half lives here too: trigger params -> validated spec document
+(`spec_document`), the spec file in the run dir, and the check of a step's report (`step_outcome`).
+Its Airflow half (tasks, the step operator) is `pulsar_migration.dag_tasks`.
+
 No Airflow import here: connections are duck-typed (conn_id, host, port, schema, password, extra_dejson).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pulsar_migration import rundir
+from pulsar_migration.report import StepReport
+from pulsar_migration.spec import MigrationSpec, SpecError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TOKEN_ENV_PREFIX = "PULSAR_TOKEN_"
 PACKAGE_DIR = Path(__file__).resolve().parent
+RUN_DIR_BASE_VARIABLE = "pulsar_migration_run_dir_base"
+DEFAULT_RUN_DIR_BASE = "var/runs"
+SPEC_FILE = "spec.json"
+# Connection ids are pasted into `conn[...]` templates (token_env_vars): no quotes, braces or spaces.
+CONN_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+# Trigger param -> its place in the spec document. A later step's param is one more line here.
+PARAM_TO_SPEC: dict[str, tuple[str, ...]] = {
+    "tenant": ("tenant",),
+    "namespaces": ("namespaces",),
+    "topics_include": ("topics", "include"),
+    "topics_exclude": ("topics", "exclude"),
+    "proceed_on_conflict": ("options", "proceed_on_conflict"),
+}
+CONFLICTS_IN_SUMMARY = 20
 
 
 def token_env_name(conn_id: str) -> str:
@@ -110,3 +138,111 @@ def macros(project_root: str | Path) -> dict[str, Any]:
         "pulsar_library_zip": library_zip,
         "pulsar_run_dir": partial(run_dir, root=project_root),
     }
+
+
+# -- the migration DAG: params -> spec, report -> verdict ------------------------------------------
+
+
+def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any) -> dict[str, Any]:
+    """The validated MigrationSpec document (defaults filled in) for a trigger's params and its two connections.
+
+    SpecError (one line) for a bad combination: same cluster on both sides, a bad regex, a connection
+    lacking host or service_url.
+    """
+    clusters: dict[str, dict[str, Any]] = {}
+    names = []
+    for conn in (source_conn, target_conn):
+        try:
+            name, entry = cluster_from_connection(conn)
+        except ValueError as exc:
+            raise SpecError(f"spec: {exc}") from exc
+        # Two connections naming one cluster collapse into one entry; from_dict then reports
+        # "source and target are both ...", which is the real problem.
+        clusters.setdefault(name, entry)
+        names.append(name)
+    document: dict[str, Any] = {"source": names[0], "target": names[1], "clusters": clusters}
+    for param, path in PARAM_TO_SPEC.items():
+        if param in params:
+            node = document
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = params[param]
+    return MigrationSpec.from_dict(document).to_dict()
+
+
+def write_spec(run_dir_uri: str, document: Mapping[str, Any]) -> str:
+    """Writes the spec as `RUN_DIR/spec.json` (re-validated); returns its location."""
+    text = MigrationSpec.from_dict(dict(document)).to_json()
+    with run_dir_spark(run_dir_uri) as spark:
+        return rundir.write_text(run_dir_uri, SPEC_FILE, text, spark)
+
+
+class StepOutcomeError(RuntimeError):
+    """A step did not do its job: its report is missing, stale or says so. The message is one line."""
+
+
+def step_outcome(run_dir_uri: str, step: str, *, step_succeeded: bool, dry_run: bool,
+                 log: logging.Logger | None = None) -> dict[str, Any]:
+    """Reads `RUN_DIR/<step>.json`, logs its summary and returns a compact dict of it.
+
+    StepOutcomeError unless the report exists, the step's task succeeded in this attempt (an older
+    attempt's report may still lie in the run dir) and the verdict is what the mode promises:
+    "planned" for a dry run, "ok" otherwise.
+    """
+    location = rundir.join(run_dir_uri, f"{step}.json")
+    try:
+        with run_dir_spark(run_dir_uri) as spark:
+            report = StepReport.read(run_dir_uri, step, spark)
+    except FileNotFoundError:
+        ran = "succeeded" if step_succeeded else "did not succeed"
+        raise StepOutcomeError(f"{step}: no report at {location} (the step {ran} but wrote none)") from None
+    for line in report.summary_lines():
+        (log or logging.getLogger(__name__)).info("%s", line)
+    if report.verdict == "failed":
+        raise StepOutcomeError(f"{step} failed: {report.error or 'no error recorded'} (report: {location})")
+    if not step_succeeded:
+        raise StepOutcomeError(f"{step}: the step's task did not complete in this attempt, so {location} "
+                               f"({report.verdict!r}, finished {report.finished_at}) is an earlier attempt's")
+    expected = "planned" if dry_run else "ok"
+    if report.verdict != expected:
+        raise StepOutcomeError(f"{step}: verdict {report.verdict!r}, expected {expected!r} (report: {location})")
+    details = report.details
+    conflicts = details.get("conflicts") or []
+    return {
+        "step": report.step,
+        "verdict": report.verdict,
+        "dry_run": report.dry_run,
+        "tenant": report.tenant,
+        "source": report.source,
+        "target": report.target,
+        "spec_hash": report.spec_hash,
+        "duration_s": report.duration_s,
+        "counts": dict(report.counts),
+        "hashes": dict(report.hashes),
+        "report": location,
+        "plan": details.get("plan"),
+        "conflict_count": int(report.counts.get("CONFLICT", len(conflicts))),
+        "conflicts": conflicts[:CONFLICTS_IN_SUMMARY],
+    }
+
+
+@contextlib.contextmanager
+def run_dir_spark(uri: str) -> Iterator[SparkSession | None]:
+    """None for a local run dir; else a local SparkSession for its Hadoop FileSystem (`s3a://` ...).
+
+    Airflow tasks outside spark-submit reach an object-store run dir the way the steps do: through
+    Hadoop, configured by spark-defaults. The session is stopped again only if made here.
+    """
+    if rundir.is_local(uri):
+        yield None
+        return
+    from pyspark.sql import SparkSession  # deferred: local run dirs never import Spark
+
+    active = SparkSession.getActiveSession()
+    spark = active or (SparkSession.builder.master("local[1]").appName("pulsar-migration-airflow-io")
+                       .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        yield spark
+    finally:
+        if active is None:
+            spark.stop()

@@ -1,0 +1,79 @@
+"""
+### Pulsar tenant migration
+
+Moves one Pulsar tenant from the cluster of `source_conn` to the cluster of `target_conn`. Trigger it
+from the UI form (or the REST API / CLI with the same keys as `conf`).
+
+1. **render_spec** builds the MigrationSpec from the form and the two connections, validates it (a
+   bad combination, e.g. the same cluster on both sides or an invalid regex, fails here with one
+   line) and writes it to `RUN_DIR/spec.json`.
+2. **sync_metadata** (spark-submit) makes the target hold the tenant's metadata: namespaces and their
+   policies, topics and partitions, subscriptions, grants, schemas, topic policies. Conflicts on the
+   target stop it before any write unless *Proceed on conflict* is set.
+3. **publish_sync_metadata_report** logs the step's report and returns its verdict, counts, hashes,
+   plan location and conflicts (XCom). It fails whenever the step did, so a failed step never leaves
+   the run green.
+
+With *Dry run* the step only plans: the report (verdict `planned`) and the plan dataset land in
+RUN_DIR and no cluster is touched.
+
+RUN_DIR is `<Variable pulsar_migration_run_dir_base>/pulsar_tenant_migration/<run id>` (a relative
+base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`
+and `sync_metadata_plan/` (Parquet).
+
+Connections: a Pulsar connection's host/port/schema give the admin URL; extra holds `cluster_name`,
+`service_url` and `tls`; the password, if any, is the token. Tokens reach Spark only as environment
+variables `PULSAR_TOKEN_<CONN_ID>`; the spec names the variable, never the token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+from pulsar_migration import dag_support
+from pulsar_migration.dag_tasks import render_spec_task, step_tasks
+from pulsar_migration.spec import PULSAR_NAME_PATTERN
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_NAME = {"type": "string", "pattern": PULSAR_NAME_PATTERN}
+_REGEXES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+
+with DAG(
+    dag_id="pulsar_tenant_migration",
+    schedule=None,  # UI-triggered; required params without defaults are only allowed without a schedule
+    catchup=False,
+    doc_md=__doc__,
+    tags=["pulsar", "migration"],
+    params={
+        "source_conn": Param("pulsar_cluster_a", type="string", pattern=dag_support.CONN_ID_PATTERN,
+                             title="Source connection", section="Clusters",
+                             description="Airflow connection id of the Pulsar cluster the tenant lives on now."),
+        "target_conn": Param("pulsar_cluster_b", type="string", pattern=dag_support.CONN_ID_PATTERN,
+                             title="Target connection", section="Clusters",
+                             description="Airflow connection id of the Pulsar cluster the tenant moves to."),
+        # No default: the form cannot be submitted without a tenant.
+        "tenant": Param(**_NAME, title="Tenant", section="What to migrate",
+                        description="The Pulsar tenant to migrate (letters, digits and - = : . _ only)."),
+        "namespaces": Param(None, type=["null", "array"], items=_NAME, minItems=1, uniqueItems=True,
+                            title="Namespaces", section="What to migrate",
+                            description="Short namespace names (ns1, not tenant/ns1); empty (null) = all of "
+                                        "the tenant's namespaces."),
+        "topics_include": Param([".*"], **_REGEXES, minItems=1, title="Topics to include",
+                                section="What to migrate",
+                                description="Regexes on `<namespace>/<topic>`; a topic is migrated when one "
+                                            "matches (re.search)."),
+        "topics_exclude": Param([], **_REGEXES, title="Topics to exclude", section="What to migrate",
+                                description="Regexes on `<namespace>/<topic>`; a topic matching any is skipped."),
+        "dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
+                         description="Plan and report only; no cluster is changed."),
+        "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
+                                     description="Go on when the target already holds a resource that differs "
+                                                 "from the source (reported, never overwritten)."),
+    },
+    user_defined_macros=dag_support.macros(PROJECT_ROOT),
+):
+    spec = render_spec_task(PROJECT_ROOT)
+    # Next steps chain on the previous publish task: replicate_topics, sync_progress, switch_lookup,
+    # cleanup_source.
+    step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)

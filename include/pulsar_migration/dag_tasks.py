@@ -1,0 +1,132 @@
+"""The migration DAG's Airflow half: `render_spec`, then per step a (spark-submit, publish report) pair.
+
+    spec = render_spec_task(PROJECT_ROOT)
+    submit, publish = step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)
+    submit, publish = step_tasks("replicate_topics", PROJECT_ROOT, upstream=publish)   # and so on
+
+The DAG must carry `user_defined_macros=dag_support.macros(PROJECT_ROOT)` (the library zip macro) and
+the params `source_conn`, `target_conn` and `dry_run`. The pure logic is in `dag_support`; this module
+only wires it into Airflow (imported by DAG files, never by Spark jobs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, TriggerRule, Variable, XComArg, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+
+from pulsar_migration import dag_support, rundir
+
+log = logging.getLogger(__name__)
+
+SPEC_TASK_ID = "render_spec"
+SPARK_CONN_ID = "spark_default"
+ADMIN_POOL = "pulsar_admin"
+CONN_PARAMS = ("source_conn", "target_conn")
+_FROM_SPEC = "{{ ti.xcom_pull(task_ids='" + SPEC_TASK_ID + "')['%s'] }}"
+
+
+def render_spec_task(project_root: str | Path) -> XComArg:
+    """The `render_spec` task: params + connections -> validated spec at RUN_DIR/spec.json.
+
+    XCom: `{"spec_path": ..., "run_dir": ...}`. RUN_DIR is `<Variable pulsar_migration_run_dir_base>/
+    <dag_id>/<run_id>` (relative bases under the project root), one per DAG run, shared by its steps.
+    """
+
+    @task(task_id=SPEC_TASK_ID, retries=0)
+    def render_spec() -> dict[str, str]:
+        """Builds the MigrationSpec from the trigger's params and the two Pulsar connections (token variable
+        names only, never tokens), validates it and writes it to RUN_DIR/spec.json."""
+        ctx = get_current_context()
+        params = ctx["params"]
+        try:
+            conns = [BaseHook.get_connection(params[p]) for p in CONN_PARAMS]
+            document = dag_support.spec_document(params, *conns)
+        except (ValueError, AirflowNotFoundException) as exc:
+            # Bad input does not get better on retry: fail now, with the one line as the reason.
+            raise AirflowFailException(str(exc)) from None
+        base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
+        run_dir = dag_support.run_dir(base, ctx["dag"].dag_id, ctx["run_id"], root=project_root)
+        spec_path = dag_support.write_spec(run_dir, document)
+        log.info("spec: tenant %s, %s -> %s, namespaces %s, topics %s, options %s; written to %s",
+                 document["tenant"], document["source"], document["target"], document["namespaces"] or "all",
+                 document["topics"], document["options"], spec_path)
+        return {"spec_path": spec_path, "run_dir": run_dir}
+
+    return render_spec()
+
+
+class MigrationStepOperator(SparkSubmitOperator):
+    """`spark-submit spark_jobs/<step>.py --spec SPEC --run-dir RUN_DIR [--dry-run]` (DESIGN.md section 2).
+
+    Spec and run dir come from render_spec's XCom; `--dry-run` is added when the trigger asks for it.
+    The tokens of the trigger's two connections reach the driver as environment variables
+    (dag_support.token_env_vars), never as arguments. Returns `{"report": RUN_DIR/<step>.json}`: that
+    XCom exists only when this attempt exited 0, which the publish task relies on.
+    """
+
+    def __init__(self, *, step: str, project_root: str | Path, extra_args: Sequence[str] = (),
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("task_id", step)
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        kwargs.setdefault("pool", ADMIN_POOL)
+        kwargs.setdefault("name", f"pulsar-migration-{step}")
+        # Built in the worker at render time; spark-submit ships it to wherever the executors run.
+        kwargs.setdefault("py_files", "{{ pulsar_library_zip() }}")
+        kwargs.setdefault("conf", {"spark.ui.enabled": "false"})
+        # A step is idempotent, but a failed one needs a human look at its report before another go.
+        kwargs.setdefault("retries", 0)
+        args = ["--spec", _FROM_SPEC % "spec_path", "--run-dir", _FROM_SPEC % "run_dir", *extra_args]
+        super().__init__(application=str(Path(project_root) / "spark_jobs" / f"{step}.py"),
+                         application_args=args, **kwargs)
+        self.step = step
+        # Rendering overwrites the templated fields in place; these keep the originals for every run.
+        self._base_args = list(args)
+        self._base_env = dict(self.env_vars or {})
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        params = context["params"]
+        # The trigger picks the connections, so the variables' names are known only now; their values
+        # are still templates, rendered (and masked) by Airflow like any other field.
+        self.env_vars = {**self._base_env, **dag_support.token_env_vars(params[p] for p in CONN_PARAMS)}
+        self.application_args = [*self._base_args, *(["--dry-run"] if params.get("dry_run") else [])]
+        super().render_template_fields(context, jinja_env)
+
+    def execute(self, context: Any) -> dict[str, str]:
+        super().execute(context)  # raises unless spark-submit exited 0
+        args = list(self.application_args or [])
+        return {"report": rundir.join(args[args.index("--run-dir") + 1], f"{self.step}.json")}
+
+
+def step_tasks(step: str, project_root: str | Path, upstream: Any) -> tuple[MigrationStepOperator, XComArg]:
+    """`<step>` (spark-submit) and `publish_<step>_report`, downstream of `upstream`; returns both.
+
+    The publish task runs whatever the step's outcome (all_done) and fails unless the step succeeded
+    and its report says so, so a failed step can never leave the DAG run green.
+    """
+    submit = MigrationStepOperator(step=step, project_root=project_root)
+
+    @task(task_id=f"publish_{step}_report", trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def publish() -> dict[str, Any]:
+        """Logs the step's report summary and returns its verdict, counts, hashes, plan and conflicts;
+        fails when the step failed or its report is missing or not this attempt's."""
+        ctx = get_current_context()
+        ti = ctx["ti"]
+        rendered = ti.xcom_pull(task_ids=SPEC_TASK_ID)
+        if not rendered:
+            raise AirflowFailException(f"{step}: no report to publish: {SPEC_TASK_ID} did not succeed")
+        finished = ti.xcom_pull(task_ids=submit.task_id)
+        try:
+            return dag_support.step_outcome(rendered["run_dir"], step, step_succeeded=finished is not None,
+                                            dry_run=bool(ctx["params"].get("dry_run")), log=log)
+        except dag_support.StepOutcomeError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    published = publish()
+    upstream >> submit >> published
+    return submit, published

@@ -1,0 +1,164 @@
+"""`dag.test()` of the tenant migration DAG for real: Airflow -> spark-submit (local[*]) -> both local clusters.
+
+Each run costs 20-40 s (a Spark driver per step), so the cases are few and each checks a lot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models.dagrun import DagRun
+from airflow.models.renderedtifields import RenderedTaskInstanceFields
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+from localdev.demo_tenant import build_rich_tenant
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.dag_support import run_dir, token_env_name
+from sqlalchemy import select
+
+from tests.conftest import unique
+from tests.dags.conftest import DAGS_DIR, AirflowTestDb
+from tests.integration.tenant_builders import snapshot
+
+log = logging.getLogger(__name__)
+
+DAG_ID = "pulsar_tenant_migration"
+PUBLISH = "publish_sync_metadata_report"
+
+
+def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
+    """One `dag.test(run_conf=conf)` on a freshly parsed DAG; returns the run and its task states."""
+    dag = DagBag(dag_folder=str(DAGS_DIR / f"{DAG_ID}.py")).dags[DAG_ID]
+    started = time.monotonic()
+    dag_run = dag.test(run_conf=conf)
+    log.info("%s dag.test(%s) took %.1fs", DAG_ID, conf, time.monotonic() - started)
+    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+
+def xcom(dag_run: DagRun, task_id: str) -> Any:
+    """The task's return value as stored in the metadata DB (None when it pushed none)."""
+    with create_session() as session:
+        row = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=DAG_ID, task_ids=task_id,
+                                                 key="return_value")).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def rendered_fields(dag_run: DagRun, task_id: str) -> dict[str, Any]:
+    """The task's rendered template fields as stored for the UI's "Rendered Template" view."""
+    rtif = RenderedTaskInstanceFields
+    with create_session() as session:
+        return session.scalars(select(rtif.rendered_fields).where(
+            rtif.dag_id == DAG_ID, rtif.run_id == dag_run.run_id, rtif.task_id == task_id)).one()
+
+
+def run_dir_of(airflow_db: AirflowTestDb, dag_run: DagRun) -> Path:
+    return Path(run_dir(str(airflow_db.runs_dir), DAG_ID, dag_run.run_id))
+
+
+def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
+    airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+) -> None:
+    tenant = unique("dag-mig")
+    built = build_rich_tenant(admin_a, tenant, [cluster_a.name])
+    # The target through a connection the trigger names, holding a token (the local brokers ignore it):
+    # the step only starts if the token reached it as PULSAR_TOKEN_<CONN_ID> (its spec names that variable).
+    token = f"dag-test-token-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AIRFLOW_CONN_PM_TEST_TARGET", json.dumps({
+        "conn_type": "pulsar", "host": "127.0.0.1", "port": cluster_b.web_port, "schema": "http", "password": token,
+        "extra": {"cluster_name": cluster_b.name, "service_url": cluster_b.service_url, "tls": None},
+    }))
+
+    dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target"})
+
+    assert dag_run.state == "success", states
+    assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success"}
+    source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
+    assert target == source
+    assert sorted(target["namespaces"]) == built["namespaces"]
+
+    rdir = run_dir_of(airflow_db, dag_run)
+    assert xcom(dag_run, "render_spec") == {"spec_path": str(rdir / "spec.json"), "run_dir": str(rdir)}
+    spec_text = (rdir / "spec.json").read_text()
+    spec = json.loads(spec_text)
+    assert (spec["tenant"], spec["source"], spec["target"]) == (tenant, cluster_a.name, cluster_b.name)
+    assert spec["clusters"][cluster_b.name]["token_env"] == token_env_name("pm_test_target")
+    assert spec["clusters"][cluster_a.name]["token_env"] is None  # its connection has no password
+    report_text = (rdir / "sync_metadata.json").read_text()
+    report = json.loads(report_text)
+    assert report["verdict"] == "ok" and report["tenant"] == tenant
+
+    published = xcom(dag_run, PUBLISH)
+    assert published["verdict"] == "ok" and published["dry_run"] is False
+    assert (published["step"], published["tenant"], published["source"], published["target"]) == (
+        "sync_metadata", tenant, cluster_a.name, cluster_b.name)
+    assert published["counts"] == report["counts"] and published["counts"]["apply_failed"] == 0
+    assert published["hashes"]["desired"] == published["hashes"]["target_actual"]
+    assert published["report"] == str(rdir / "sync_metadata.json")
+    assert published["plan"] == str(rdir / "sync_metadata_plan") and Path(published["plan"]).is_dir()
+    assert (published["conflict_count"], published["conflicts"]) == (0, [])
+    assert xcom(dag_run, "sync_metadata") == {"report": str(rdir / "sync_metadata.json")}
+
+    rendered = rendered_fields(dag_run, "sync_metadata")
+    # Variables named after the trigger's connections; the arguments name the spec, not the token.
+    assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target")}
+    assert rendered["application_args"] == ["--spec", str(rdir / "spec.json"), "--run-dir", str(rdir)]
+
+    out, err = capfd.readouterr()
+    for where, text in {"spec": spec_text, "report": report_text, "xcom": json.dumps(published),
+                        "rendered fields": json.dumps(rendered, default=str), "output": out + err}.items():
+        assert token not in text, f"token leaked into the {where}"
+
+
+def test_dry_run_plans_and_changes_nothing(
+    airflow_db: AirflowTestDb, cluster_a: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+) -> None:
+    tenant = unique("dag-dry")
+    build_rich_tenant(admin_a, tenant, [cluster_a.name])
+    before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
+    assert before[2] == {"tenant": None}
+
+    dag_run, states = run_migration({"tenant": tenant, "dry_run": True, "namespaces": ["orders", "billing"],
+                                     "topics_exclude": ["dlq$"]})
+
+    assert dag_run.state == "success", states
+    assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant)) == before
+    rdir = run_dir_of(airflow_db, dag_run)
+    spec = json.loads((rdir / "spec.json").read_text())
+    assert spec["namespaces"] == ["orders", "billing"] and spec["topics"] == {"include": [".*"], "exclude": ["dlq$"]}
+    assert json.loads((rdir / "sync_metadata.json").read_text())["verdict"] == "planned"
+    published = xcom(dag_run, PUBLISH)
+    assert published["verdict"] == "planned" and published["dry_run"] is True
+    assert published["counts"]["CREATE"] > 0 and Path(published["plan"]).is_dir()
+
+
+def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
+    airflow_db: AirflowTestDb, admin_b: PulsarAdmin, cluster_a: LocalCluster,
+) -> None:
+    tenant = unique("dag-missing")
+
+    dag_run, states = run_migration({"tenant": tenant})
+
+    assert dag_run.state == "failed"
+    assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed"}
+    assert snapshot(admin_b, tenant) == {"tenant": None}
+    report = json.loads((run_dir_of(airflow_db, dag_run) / "sync_metadata.json").read_text())
+    assert report["verdict"] == "failed"
+    assert f"tenant '{tenant}' does not exist on cluster {cluster_a.name}" in report["error"]
+    assert xcom(dag_run, PUBLISH) is None and xcom(dag_run, "sync_metadata") is None
+
+
+def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: AirflowTestDb) -> None:
+    dag_run, states = run_migration({"tenant": unique("dag-same"), "target_conn": "pulsar_cluster_a"})
+
+    assert dag_run.state == "failed"
+    assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed"}
+    assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()

@@ -1,0 +1,124 @@
+"""The migration DAG's pure half: trigger params -> spec document, and a step's report -> outcome."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulsar_migration import dag_support
+from pulsar_migration.dag_support import StepOutcomeError, spec_document, step_outcome
+from pulsar_migration.report import StepReport
+from pulsar_migration.spec import MigrationSpec, SpecError
+
+
+@dataclass
+class Conn:
+    """The attributes of an Airflow connection that dag_support reads (it never imports Airflow)."""
+
+    conn_id: str
+    host: str | None = "127.0.0.1"
+    port: int | None = 8081
+    schema: str | None = "http"
+    password: str | None = None
+    extra_dejson: dict[str, Any] = field(default_factory=dict)
+
+
+A = Conn("pulsar_cluster_a", extra_dejson={"cluster_name": "cluster-a", "service_url": "pulsar://127.0.0.1:6651"})
+B = Conn("pulsar_cluster_b", port=8082, password="s3cret-token",
+         extra_dejson={"cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652",
+                       "tls": {"allow_insecure": True}})
+PARAMS: dict[str, Any] = {
+    "source_conn": A.conn_id, "target_conn": B.conn_id, "tenant": "acme", "namespaces": ["orders"],
+    "topics_include": ["^orders/"], "topics_exclude": ["dlq$"], "dry_run": True, "proceed_on_conflict": True,
+}
+
+
+def test_spec_document_maps_params_and_connections() -> None:
+    doc = spec_document(PARAMS, A, B)
+    assert MigrationSpec.from_dict(doc).to_dict() == doc
+    assert (doc["tenant"], doc["source"], doc["target"], doc["namespaces"]) == ("acme", "cluster-a", "cluster-b",
+                                                                              ["orders"])
+    assert doc["topics"] == {"include": ["^orders/"], "exclude": ["dlq$"]}
+    assert doc["options"] == {"proceed_on_conflict": True}  # dry_run is an argument, not part of the spec
+    assert doc["clusters"]["cluster-a"] == {"admin_url": "http://127.0.0.1:8081",
+                                            "service_url": "pulsar://127.0.0.1:6651", "token_env": None, "tls": None}
+    assert doc["clusters"]["cluster-b"]["token_env"] == "PULSAR_TOKEN_PULSAR_CLUSTER_B"
+    assert doc["clusters"]["cluster-b"]["tls"]["allow_insecure"] is True
+    assert "s3cret-token" not in json.dumps(doc)
+
+
+def test_spec_document_defaults_for_absent_optional_params() -> None:
+    doc = spec_document({"tenant": "acme"}, A, B)
+    assert doc["namespaces"] is None and doc["topics"] == {"include": [".*"], "exclude": []}
+
+
+@pytest.mark.parametrize(("params", "conns", "message"), [
+    ({"tenant": "acme"}, (A, A), "spec: source and target are both 'cluster-a'; they must differ"),
+    ({"tenant": "acme", "topics_exclude": ["("]}, (A, B), "spec: topics.exclude[0] is not a valid regex"),
+    ({"tenant": "acme/x"}, (A, B), "spec: tenant 'acme/x' is not a valid Pulsar name"),
+    ({"tenant": "acme"}, (A, Conn("bare", extra_dejson={})), "extra.service_url"),
+])
+def test_spec_document_rejects_bad_combinations_in_one_line(params: dict[str, Any], conns: tuple[Conn, Conn],
+                                                            message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace("[", r"\[")) as caught:
+        spec_document(params, *conns)
+    assert "\n" not in str(caught.value)
+
+
+def write_report(run_dir: Path, verdict: str, dry_run: bool = False, **details: Any) -> StepReport:
+    spec = MigrationSpec.from_dict(spec_document({"tenant": "acme"}, A, B))
+    report = StepReport.start("sync_metadata", spec, dry_run=dry_run)
+    report.counts.update({"CREATE": 3, "CONFLICT": 1})
+    report.hashes["desired"] = "ab" * 32
+    report.details.update(details)
+    report.finish(verdict, "boom" if verdict == "failed" else None)  # type: ignore[arg-type]
+    report.write(str(run_dir))
+    return report
+
+
+def test_step_outcome_summarises_a_good_report(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conflicts = [{"kind": "topic", "key": f"ns/t{i}", "reason": "r"} for i in range(30)]
+    write_report(tmp_path, "ok", plan=str(tmp_path / "sync_metadata_plan"), conflicts=conflicts)
+    with caplog.at_level(logging.INFO):
+        out = step_outcome(str(tmp_path), "sync_metadata", step_succeeded=True, dry_run=False)
+    assert (out["verdict"], out["dry_run"], out["tenant"], out["counts"]) == ("ok", False, "acme",
+                                                                               {"CREATE": 3, "CONFLICT": 1})
+    assert out["report"] == str(tmp_path / "sync_metadata.json")
+    assert out["plan"] == str(tmp_path / "sync_metadata_plan")
+    assert out["conflict_count"] == 1 and len(out["conflicts"]) == dag_support.CONFLICTS_IN_SUMMARY
+    assert json.loads(json.dumps(out)) == out  # XCom-safe
+    assert "sync_metadata: ok" in caplog.text and "counts: CONFLICT=1, CREATE=3" in caplog.text
+
+
+@pytest.mark.parametrize(("verdict", "dry_run", "succeeded", "message"), [
+    (None, False, False, "no report at"),
+    ("failed", False, False, "sync_metadata failed: boom"),
+    ("ok", False, False, "did not complete in this attempt"),  # a stale report from an earlier try
+    ("planned", False, True, "verdict 'planned', expected 'ok'"),
+    ("ok", True, True, "verdict 'ok', expected 'planned'"),
+])
+def test_step_outcome_fails_unless_the_step_did_its_job(tmp_path: Path, verdict: str | None, dry_run: bool,
+                                                        succeeded: bool, message: str) -> None:
+    if verdict:
+        write_report(tmp_path, verdict, dry_run=verdict == "planned")
+    with pytest.raises(StepOutcomeError, match=message):
+        step_outcome(str(tmp_path), "sync_metadata", step_succeeded=succeeded, dry_run=dry_run)
+
+
+def test_write_spec_round_trips(tmp_path: Path) -> None:
+    doc = spec_document(PARAMS, A, B)
+    location = dag_support.write_spec(str(tmp_path / "run"), doc)
+    assert location == str(tmp_path / "run" / "spec.json")
+    assert MigrationSpec.load(location).to_dict() == doc
+
+
+def test_run_dir_spark_is_none_locally_and_reuses_an_active_session(spark: Any) -> None:
+    with dag_support.run_dir_spark("/tmp/runs/x") as none:
+        assert none is None
+    with dag_support.run_dir_spark("s3a://bucket/runs/x") as session:
+        assert session is spark
+    assert not spark.sparkContext._jsc.sc().isStopped()  # not ours to stop
