@@ -1,0 +1,47 @@
+"""When inventory reads topic-level policies: only where the namespace's __change_events ever held an event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin
+from pulsar_migration.metadata.inventory import _may_hold_topic_policies
+
+BASE = "/persistent/acme/ns"
+NO_EVENTS = {"numberOfEntries": 0, "compactedLedger": {"ledgerId": -1, "entries": -1}}
+
+
+class FakeAdmin(PulsarAdmin):
+    def __init__(self, answer: Any) -> None:
+        super().__init__("http://127.0.0.1:1", name="fake")
+        self.answer = answer
+        self.paths: list[str] = []
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        self.paths.append(path)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(("every", "stats", "expected"), [
+    (["orders"], NO_EVENTS, False),  # no __change_events at all: no call
+    (["__change_events", "orders"], NO_EVENTS, False),  # auto-created when a topic loaded, never written
+    (["__change_events", "orders"], {"numberOfEntries": 1, "compactedLedger": {"entries": -1}}, True),
+    (["__change_events"], {"numberOfEntries": 0, "compactedLedger": {"ledgerId": 9, "entries": 3}}, True),
+    (["__change_events"], {"numberOfEntries": 0}, False),
+    (["__change_events"], {"ledgers": []}, True),  # unexpected shape: read policies
+    (["__change_events-partition-0", "orders"], NO_EVENTS, True),  # partitioned system topic: read policies
+    (["__change_events"], AdminError("boom", 500), True),
+    (["__change_events"], NotFound("gone", 404), True),
+])
+def test_topic_policies_are_read_only_where_change_events_has_events(
+    every: list[str], stats: Any, expected: bool
+) -> None:
+    admin = FakeAdmin(stats)
+    assert _may_hold_topic_policies(admin, BASE, every) is expected
+    if "__change_events" in every:
+        assert admin.paths == [f"{BASE}/__change_events/internalStats"]
+    else:
+        assert admin.paths == []
