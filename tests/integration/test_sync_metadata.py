@@ -179,16 +179,21 @@ def test_scale_1000_topics(spark: SparkSession, cluster_a: LocalCluster, cluster
     tenant = unique("it-scale")
     layout = create_source_tenant(admin_a, tenant, [cluster_a.name], topics=1000)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"admin_concurrency": 16})
-    assert sync(spec, tmp_path / "run") == 0
-    synced = report(tmp_path / "run")
-    assert synced["counts"]["topic.CREATE"] == 1000
-    target_topics = 0
-    for ns in layout:
-        target_topics += len(admin_b.get(f"/persistent/{tenant}/{ns}/partitioned"))
-        target_topics += sum(1 for t in admin_b.get(f"/persistent/{tenant}/{ns}") if "-partition-" not in t)
-    assert target_topics == 1000
-    assert sync(spec, tmp_path / "run2") == 0
-    assert report(tmp_path / "run2")["counts"]["topic.NOOP"] == 1000
+    try:
+        assert sync(spec, tmp_path / "run") == 0
+        synced = report(tmp_path / "run")
+        assert synced["counts"]["topic.CREATE"] == 1000
+        target_topics = 0
+        for ns in layout:
+            target_topics += len(admin_b.get(f"/persistent/{tenant}/{ns}/partitioned"))
+            target_topics += sum(1 for t in admin_b.get(f"/persistent/{tenant}/{ns}") if "-partition-" not in t)
+        assert target_topics == 1000
+        assert sync(spec, tmp_path / "run2") == 0
+        assert report(tmp_path / "run2")["counts"]["topic.NOOP"] == 1000
+    finally:  # 1000 topics per run would pile up on a developer's long-lived clusters
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
 
 
 def test_verification_detects_a_target_that_drifted(
