@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import requests
 
 from localdev.paths import PROJECT_ROOT, var_dir
+from localdev.processes import alive, port_in_use, read_live_pid, signal_group, signal_process
 
 log = logging.getLogger(__name__)
 
@@ -150,25 +150,8 @@ def _log_file(home: Path) -> Path:
     return home / "standalone.log"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not running
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _read_pid(home: Path) -> int | None:
-    try:
-        pid = int(_pid_file(home).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+    return read_live_pid(_pid_file(home))
 
 
 def _marked_pids(home: Path) -> list[int]:
@@ -179,17 +162,11 @@ def _marked_pids(home: Path) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0") and _alive(int(entry.name)):
+            if needle in (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
                 found.append(int(entry.name))
         except OSError:
             continue
     return found
-
-
-def _port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        return s.connect_ex((API_HOST, port)) == 0
 
 
 def log_tail(home: Path | None = None, lines: int = 40) -> str:
@@ -232,7 +209,7 @@ def start(*, timeout_s: float = START_TIMEOUT_S, settings_file: Path | None = No
         return {}
     timings: dict[str, float] = {}
     if pid is None:
-        if _port_in_use(port):
+        if port_in_use(port, API_HOST):
             raise AirflowLocalError(f"port {port} is taken by a process this tool did not start; free it first")
         timings.update(prepare(home, settings_file=settings_file))
         env = airflow_env(home, port=port)
@@ -275,35 +252,21 @@ def stop(timeout_s: float = STOP_TIMEOUT_S) -> None:
         _pid_file(home).unlink(missing_ok=True)
         return
     if pid is not None:
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
     for other in marked:
-        _signal(other, signal.SIGTERM)
+        signal_process(other, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and ((pid is not None and _alive(pid)) or _marked_pids(home)):
+    while time.monotonic() < deadline and ((pid is not None and alive(pid)) or _marked_pids(home)):
         time.sleep(0.5)
     leftovers = _marked_pids(home)
-    if (pid is not None and _alive(pid)) or leftovers:
+    if (pid is not None and alive(pid)) or leftovers:
         log.warning("airflow: processes ignored SIGTERM for %.0fs; killing", timeout_s)
     if pid is not None:
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
     for other in leftovers:
-        _signal(other, signal.SIGKILL)
+        signal_process(other, signal.SIGKILL)
     _pid_file(home).unlink(missing_ok=True)
     log.info("airflow: stopped")
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def status() -> str:

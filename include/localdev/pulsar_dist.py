@@ -48,6 +48,20 @@ def _is_complete(home: Path) -> bool:
     return (home / "bin" / "pulsar").is_file() and any((home / "lib").glob("org.apache.pulsar-pulsar-broker-*.jar"))
 
 
+def _extract(tarball: Path, dest: Path) -> None:
+    """Unpacks `tarball` into `dest`, refusing members that would land outside it."""
+    with tarfile.open(tarball) as tar:
+        if hasattr(tarfile, "tar_filter"):  # Python >= 3.11.4 checks members itself
+            tar.extractall(dest, filter="tar")
+            return
+        root = dest.resolve()
+        for member in tar.getmembers():  # older 3.11 (e.g. Debian's 3.11.2): check by hand
+            target = (dest / member.name).resolve()
+            if not target.is_relative_to(root) or member.isdev():
+                raise DistributionError(f"{tarball.name} holds an unsafe member {member.name!r}")
+        tar.extractall(dest)  # every member checked above
+
+
 def ensure_distribution() -> Path:
     """Returns PULSAR_HOME, fetching and unpacking the distribution first if the cache lacks it."""
     home = pulsar_home()
@@ -75,8 +89,7 @@ def ensure_distribution() -> Path:
                 f"{tarballs[0].name} has SHA-512 {actual[:16]}..., expected {PULSAR_SHA512[:16]}..."
             )
         unpack = tmp_path / "unpack"
-        with tarfile.open(tarballs[0]) as tar:
-            tar.extractall(unpack, filter="tar")
+        _extract(tarballs[0], unpack)
         extracted = unpack / f"apache-pulsar-{PULSAR_VERSION}"
         if not _is_complete(extracted):
             raise DistributionError(f"{tarballs[0].name} does not contain apache-pulsar-{PULSAR_VERSION}/bin/pulsar")

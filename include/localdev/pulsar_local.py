@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from pulsar_migration.admin import PulsarAdmin
 
 from localdev.paths import var_dir
+from localdev.processes import alive, port_in_use, read_live_pid, signal_group
 from localdev.pulsar_dist import DistributionError, ensure_distribution
 
 log = logging.getLogger(__name__)
@@ -109,29 +109,7 @@ def local_clusters(count: int = DEFAULT_CLUSTER_COUNT) -> list[LocalCluster]:
 # -- process bookkeeping -----------------------------------------------------------------------------
 
 def _read_pid(cluster: LocalCluster) -> int | None:
-    try:
-        pid = int(cluster.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not running
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    return read_live_pid(cluster.pid_file)
 
 
 def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
@@ -163,7 +141,7 @@ def render_config(template: str, cluster: LocalCluster) -> str:
 
 def _launch(cluster: LocalCluster, home: Path, fresh: bool) -> int:
     for port in (cluster.web_port, cluster.broker_port):
-        if _port_in_use(port):
+        if port_in_use(port):
             raise LocalClusterError(
                 f"{cluster.name}: port {port} is taken by another process; stop it or free the port"
             )
@@ -266,26 +244,19 @@ def stop_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIME
             log.info("%s: not running", cluster.name)
             cluster.pid_file.unlink(missing_ok=True)
             continue
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        if _alive(pid):
+        if alive(pid):
             log.warning("%s: pid %d ignored SIGTERM for %.0fs; killing", cluster.name, pid, timeout_s)
-        _signal_group(pid, signal.SIGKILL)  # also reaps anything the broker left in its group
+        signal_group(pid, signal.SIGKILL)  # also reaps anything the broker left in its group
         cluster.pid_file.unlink(missing_ok=True)
         log.info("%s: stopped", cluster.name)
 
 
 def stop(count: int = DEFAULT_CLUSTER_COUNT) -> None:
     stop_clusters(local_clusters(count))
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def status(count: int = DEFAULT_CLUSTER_COUNT) -> dict[str, str]:

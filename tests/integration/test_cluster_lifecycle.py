@@ -6,7 +6,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from localdev import pulsar_local
+from localdev import processes, pulsar_local
 from localdev.pulsar_local import LocalCluster, LocalClusterError
 
 
@@ -32,9 +32,9 @@ def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(cluster_c:
     assert pulsar_local.status(3)["cluster-c"].startswith("healthy")
 
     pulsar_local.stop_clusters([cluster_c])
-    assert not pulsar_local._alive(pid)
-    assert not pulsar_local._port_in_use(cluster_c.web_port)
-    assert not pulsar_local._port_in_use(cluster_c.broker_port)
+    assert not processes.alive(pid)
+    assert not processes.port_in_use(cluster_c.web_port)
+    assert not processes.port_in_use(cluster_c.broker_port)
     assert pulsar_local.status(3)["cluster-c"] == "stopped"
 
 
