@@ -228,3 +228,22 @@ def test_verification_detects_a_target_that_drifted(
         clusters.close()
     assert ctx.report.hashes["desired"] != ctx.report.hashes["target_actual"]
     assert ctx.report.counts["verify_attempts"] == step.VERIFY_ATTEMPTS
+
+
+def test_namespace_and_topic_filters_limit_what_is_synced(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-filter")
+    build_rich_tenant(admin_a, tenant, [cluster_a.name])
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, namespaces=["orders", "audit"],
+                      topics={"include": ["^orders/", "^audit/"], "exclude": ["dlq$"]})
+
+    assert sync(spec, tmp_path / "run") == 0
+    target = snapshot(admin_b, tenant)["namespaces"]
+    assert sorted(target) == ["audit", "orders"]  # billing not selected
+    assert sorted(target["orders"]["topics"]) == ["created", "settled"]  # dlq excluded
+    assert sorted(target["audit"]["topics"]) == ["trail"]
+    source = snapshot(admin_a, tenant)["namespaces"]
+    assert target["orders"]["topics"]["created"] == source["orders"]["topics"]["created"]
+    assert target["orders"]["topic_auth"] == source["orders"]["topic_auth"]  # grant on a selected topic
