@@ -13,6 +13,10 @@ from pulsar_migration.admin import PulsarAdmin
 
 AVRO_ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "acme",
                          "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]})
+# v2 adds an optional field: compatible under the orders namespace's FORWARD_TRANSITIVE strategy.
+AVRO_ORDER_V2 = json.dumps({"type": "record", "name": "Order", "namespace": "acme",
+                            "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"},
+                                       {"name": "note", "type": ["null", "string"], "default": None}]})
 JSON_EVENT = json.dumps({"type": "record", "name": "Event",
                          "fields": [{"name": "kind", "type": "string"}]})
 
@@ -77,8 +81,9 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
                       {"ledgerId": -1, "entryId": -1, "properties": props})
     admin.post(f"/persistent/{tenant}/orders/created/permissions/reporting", ["consume"])
     admin.post(f"/persistent/{tenant}/billing/ledger/permissions/ledger-writer", ["produce"])
-    admin.post(f"/schemas/{tenant}/orders/created/schema",
-               {"type": "AVRO", "schema": AVRO_ORDER, "properties": {"owner": "payments"}})
+    for version in (AVRO_ORDER, AVRO_ORDER_V2):  # a history of two versions
+        admin.post(f"/schemas/{tenant}/orders/created/schema",
+                   {"type": "AVRO", "schema": version, "properties": {"owner": "payments"}})
     admin.post(f"/schemas/{tenant}/audit/trail/schema", {"type": "JSON", "schema": JSON_EVENT, "properties": {}})
     admin.post(f"/persistent/{tenant}/orders/dlq/messageTTL", params={"messageTTL": 120})
     admin.post(f"/persistent/{tenant}/billing/invoices/maxProducers", 4)

@@ -44,16 +44,13 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
             path = f"/persistent/{tenant}/{ns}/{topic}"
             count = admin.get(f"{path}/partitions")["partitions"] if topic in partitioned else 0
             stats = admin.get(f"{path}/partitioned-stats" if topic in partitioned else f"{path}/stats")
-            try:
-                schema = admin.get(f"/schemas/{tenant}/{ns}/{topic}/schema")
-                schema_key = (schema["type"], schema["data"], schema.get("properties") or {})
-            except NotFound:
-                schema_key = None
+            history = admin.get(f"/schemas/{tenant}/{ns}/{topic}/schemas")["getSchemaResponses"]
+            schemas = [(v["version"], v["type"], v["data"], v.get("properties") or {}) for v in history]
             ns_snap["topics"][topic] = {
                 "partitions": count,
                 "subscriptions": {s: v.get("subscriptionProperties") or {}
                                   for s, v in stats["subscriptions"].items() if not s.startswith("pulsar.repl.")},
-                "schema": schema_key,
+                "schemas": schemas,
                 "messageTTL": admin.get(f"{path}/messageTTL", params={"applied": "false"}),
                 "maxProducers": admin.get(f"{path}/maxProducers", params={"applied": "false"}),
             }

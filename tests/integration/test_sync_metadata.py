@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from localdev.demo_tenant import build_rich_tenant
+from localdev.demo_tenant import AVRO_ORDER, AVRO_ORDER_V2, build_rich_tenant
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import PLAN_DATASET, STEP, run
@@ -53,8 +53,9 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert topics == built["topics"]
     assert target["namespaces"]["orders"]["topics"]["created"]["subscriptions"] == {
         "settlement": {"owner": "payments"}, "analytics": {}}
-    assert target["namespaces"]["orders"]["topics"]["created"]["schema"][0] == "AVRO"
-    assert target["namespaces"]["audit"]["topics"]["trail"]["schema"][0] == "JSON"
+    created_schemas = target["namespaces"]["orders"]["topics"]["created"]["schemas"]
+    assert [(v[0], v[1]) for v in created_schemas] == [(0, "AVRO"), (1, "AVRO")]  # same history, same numbers
+    assert [v[1] for v in target["namespaces"]["audit"]["topics"]["trail"]["schemas"]] == ["JSON"]
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
     # Both sides now allow both clusters (the source first: Pulsar requires it before replication).
     for admin in (admin_a, admin_b):
@@ -87,11 +88,14 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
             path = f"/persistent/{tenant}/ns/{topic}"
             admin.put(f"{path}/partitions", partitions) if partitions else admin.put(path)
     admin_a.put(f"/persistent/{tenant}/ns/more/subscription/late", {"ledgerId": -1, "entryId": -1})
+    for admin, schema in ((admin_a, AVRO_ORDER), (admin_b, AVRO_ORDER_V2)):  # histories diverge at version 0
+        admin.put(f"/persistent/{tenant}/ns/schemad")
+        admin.post(f"/schemas/{tenant}/ns/schemad/schema", {"type": "AVRO", "schema": schema, "properties": {}})
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     before = snapshot(admin_b, tenant)
 
     assert sync(spec, tmp_path / "run1") == 1
-    assert "4 conflict(s)" in error_line(capsys)  # 3 topics + 1 subscription under one
+    assert "5 conflict(s)" in error_line(capsys)  # 3 topics + 1 subscription under one + 1 schema history
     plan = plan_rows(spark, tmp_path / "run1")
     assert plan[("topic", "ns/fewer")][0] == "UPDATE"
     assert plan[("topic", "ns/more")] == ("CONFLICT", "target has more partitions (5) than the source (2); "
@@ -100,14 +104,18 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
         ("topic", "ns/typed")][1]
     assert plan[("topic", "ns/plain")][0] == "CONFLICT"
     assert plan[("subscription", "ns/more|late")][0] == "CONFLICT"
+    assert plan[("schema", "ns/schemad")] == ("CONFLICT", "schema version 0 differs (1 version(s) on the source, "
+                                                          "1 on the target)")
     assert snapshot(admin_b, tenant) == before, "conflicts must stop the step before any write"
 
     proceed = write_spec(tmp_path / "spec2.json", tenant, cluster_a, cluster_b,
                          options={"proceed_on_conflict": True})
     assert sync(proceed, tmp_path / "run2") == 0
     after = snapshot(admin_b, tenant)["namespaces"]["ns"]["topics"]
-    assert {t: v["partitions"] for t, v in after.items()} == {"fewer": 4, "more": 5, "typed": 0, "plain": 3}
+    assert {t: v["partitions"] for t, v in after.items()} == {"fewer": 4, "more": 5, "typed": 0, "plain": 3,
+                                                               "schemad": 0}
     assert after["more"]["subscriptions"] == {}
+    assert after["schemad"]["schemas"] == before["namespaces"]["ns"]["topics"]["schemad"]["schemas"]
 
 
 def test_dry_run_writes_a_plan_and_changes_nothing(

@@ -36,8 +36,8 @@ def test_topic_rules_follow_pip370(want: int, have: int, action: str, reason_par
 
 def test_absent_is_create_and_target_only_is_left_alone() -> None:
     assert decide(r.TOPIC, j({"partitions": 2}), None).action == CREATE
-    created = decide(r.SCHEMA, j({"type": "AVRO"}), None)
-    assert (created.action, created.change) == (CREATE, j({"type": "AVRO"}))
+    created = decide(r.SCHEMA, j({"versions": [{"type": "AVRO"}]}), None)
+    assert (created.action, created.change) == (CREATE, j({"versions": [{"type": "AVRO"}]}))
     assert decide(r.NAMESPACE, None, j({"policies": {}})).action == NOOP
 
 
@@ -66,6 +66,28 @@ def test_namespace_policies_update_only_the_differing_fields() -> None:
     assert json.loads(decision.change or "") == {"policies": {"deduplicationEnabled": True}}
     assert decide(r.NAMESPACE, desired, j({"policies": {"message_ttl_in_seconds": 60, "deduplicationEnabled": True},
                                            "numBundles": 16})).action == NOOP
+
+
+V0, V1, V2 = ({"type": "AVRO", "data": f"schema-{i}", "properties": {}} for i in range(3))
+
+
+@pytest.mark.parametrize(("want", "have", "action", "change", "reason_part"), [
+    ([V0, V1], [V0, V1], NOOP, None, "2 version(s) equal"),
+    ([V0, V1, V2], [V0], UPDATE, [V1, V2], "add versions 1..2"),
+    ([V0, V1], [V0, V1, V2], NOOP, None, "1 newer only on the target"),
+    ([V0, V1], [V0, V2], CONFLICT, None, "schema version 1 differs"),
+    ([V0], [V1, V0], CONFLICT, None, "schema version 0 differs"),
+])
+def test_schema_history_must_match_version_for_version(want: list, have: list, action: str,
+                                                        change: list | None, reason_part: str) -> None:
+    decision = decide(r.SCHEMA, j({"versions": want}), j({"versions": have}))
+    assert decision.action == action and reason_part in decision.reason
+    assert decision.change == (j({"versions": change}) if change else None)
+
+
+def test_schema_projection_ignores_newer_target_versions() -> None:
+    assert project_actual(r.SCHEMA, j({"versions": [V0]}), j({"versions": [V0, V1]})) == j({"versions": [V0]})
+    assert project_actual(r.SCHEMA, j({"versions": [V0, V1]}), j({"versions": [V0]})) == j({"versions": [V0]})
 
 
 def test_subscription_properties_must_match() -> None:
@@ -101,14 +123,14 @@ def test_projection_of_a_superset_equals_the_desired_payload() -> None:
     assert project_actual(r.NAMESPACE_PERMISSION, j(["consume"]), j(["consume", "produce"])) == j(["consume"])
     assert project_actual(r.TOPIC_POLICIES, j({"maxProducers": 4}), j({"maxProducers": 4, "messageTTL": 5})) == j(
         {"maxProducers": 4})
-    assert project_actual(r.SCHEMA, j({"type": "AVRO"}), None) is None
+    assert project_actual(r.SCHEMA, j({"versions": [{"type": "AVRO"}]}), None) is None
 
 
 def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) -> None:
     rows = [
         (r.TARGET, r.TOPIC, "ns/t", "ns", j({"partitions": 2})),
         (r.TARGET, r.SUBSCRIPTION, "ns/t|s", "ns", j({"properties": {}})),
-        (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"type": "AVRO", "data": "", "properties": {}})),
+        (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"versions": [{"type": "AVRO", "data": "", "properties": {}}]})),
         (r.TARGET, r.TOPIC, "ns/ok", "ns", j({"partitions": 0})),
         (r.TARGET, r.SUBSCRIPTION, "ns/ok|s", "ns", j({"properties": {}})),
     ]

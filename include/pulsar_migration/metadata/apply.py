@@ -140,10 +140,12 @@ class ChangeApplier:
             else:
                 admin.post(f"{path}/{name}", value)
 
-    def _apply_schema(self, admin: PulsarAdmin, c: Change, schema: dict[str, Any]) -> None:
+    def _apply_schema(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         ns, topic = c.key.split("/", 1)
-        admin.post(f"/schemas/{self.tenant}/{seg(ns)}/{seg(topic)}/schema",
-                   {"type": schema["type"], "schema": schema["data"], "properties": schema["properties"]})
+        # In order: each post becomes the next version, under the namespace's compatibility strategy.
+        for schema in body["versions"]:
+            admin.post(f"/schemas/{self.tenant}/{seg(ns)}/{seg(topic)}/schema",
+                       {"type": schema["type"], "schema": schema["data"], "properties": schema["properties"]})
 
     def _apply_subscription(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         topic_local, sub = r.split_child_key(c.key)

@@ -1,7 +1,7 @@
 """Reads what exists: the source tenant (as the state the target must reach) and the target's state.
 
 The driver lists namespaces and topics (a few calls per namespace); the per-topic reads (partition
-count, subscriptions, schema, topic policies) run in Spark executors, a bounded thread pool each.
+count, subscriptions, schema history, topic policies) run in Spark executors, a bounded thread pool each.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def tenant_row(side: str, tenant: str, info: dict[str, Any] | None) -> r.Resourc
 # -- per-topic details (executors) -----------------------------------------------------------------
 
 def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -> list[r.Resource]:
-    """Topic (partition count), durable subscriptions, latest schema and topic policies of one topic."""
+    """Topic (partition count), durable subscriptions, schema history and topic policies of one topic."""
     base = f"/persistent/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}"
     rows: list[r.Resource] = []
     partitions = admin.get(f"{base}/partitions")["partitions"] if ref.partitioned else 0
@@ -234,14 +234,17 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
         rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace,
                                   {"properties": sub_stats.get("subscriptionProperties") or {}}))
     try:
-        schema = admin.get(f"/schemas/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}/schema")
+        history = admin.get(f"/schemas/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}/schemas")
     except NotFound:
-        schema = None
-    if schema:
-        rows.append(r.Resource.of(side, r.SCHEMA, ref.local, ref.namespace, {
-            "type": schema.get("type"), "data": schema.get("data") or "",
-            "properties": schema.get("properties") or {},
-        }))
+        history = None
+    versions = sorted((history or {}).get("getSchemaResponses") or [], key=lambda v: int(v["version"]))
+    if versions:
+        # The whole history, in order: messages carry their schema version, so the target must number
+        # the same schemas the same way.
+        rows.append(r.Resource.of(side, r.SCHEMA, ref.local, ref.namespace, {"versions": [
+            {"type": v.get("type"), "data": v.get("data") or "", "properties": v.get("properties") or {}}
+            for v in versions
+        ]}))
     if ref.read_policies:
         policies = {}
         for path in r.TOPIC_POLICY_PATHS:

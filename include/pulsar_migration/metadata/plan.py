@@ -73,7 +73,9 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
         if decision.action == UPDATE:
             return Decision(UPDATE, decision.reason, r.canonical({"policies": json.loads(decision.change or "{}")}))
         return decision
-    # schema, subscription: the whole payload must match
+    if kind == r.SCHEMA:
+        return _decide_schema(desired["versions"], actual["versions"])
+    # subscription: the whole payload must match
     if desired == actual:
         return Decision(NOOP, "equal")
     return Decision(UPDATE, "differs", desired_json)
@@ -89,6 +91,20 @@ def _decide_topic(want: int, have: int) -> Decision:
     if have < want:
         return Decision(UPDATE, f"grow partitions {have} -> {want}", r.canonical({"partitions": want}))
     return Decision(CONFLICT, f"target has more partitions ({have}) than the source ({want}); never shrunk")
+
+
+def _decide_schema(want: list[Any], have: list[Any]) -> Decision:
+    """The target's schema history must start with the source's, version for version."""
+    common = next((i for i, (w, h) in enumerate(zip(want, have, strict=False)) if w != h), min(len(want), len(have)))
+    if common < min(len(want), len(have)):
+        return Decision(CONFLICT, f"schema version {common} differs ({len(want)} version(s) on the source, "
+                                  f"{len(have)} on the target)")
+    if len(have) < len(want):
+        return Decision(UPDATE, f"add versions {len(have)}..{len(want) - 1}",
+                        r.canonical({"versions": want[len(have):]}))
+    if len(have) > len(want):
+        return Decision(NOOP, f"{len(want)} version(s) equal; {len(have) - len(want)} newer only on the target")
+    return Decision(NOOP, f"{len(want)} version(s) equal")
 
 
 def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:

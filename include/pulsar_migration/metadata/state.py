@@ -123,6 +123,8 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
         policies = actual.get("policies", {})
         return r.canonical({"policies": {k: policies.get(k) for k in desired["policies"]},
                             "numBundles": desired.get("numBundles")})  # bundle count is not synced after create
+    if kind == r.SCHEMA:  # newer versions only on the target are left alone
+        return r.canonical({"versions": actual["versions"][: len(desired["versions"])]})
     if kind in (r.CLUSTER, r.TOPIC_POLICIES):
         return r.canonical({k: actual.get(k) for k in desired})
     return r.canonical(actual)
