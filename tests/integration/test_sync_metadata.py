@@ -255,3 +255,59 @@ def test_namespace_and_topic_filters_limit_what_is_synced(
     source = snapshot(admin_a, tenant)["namespaces"]
     assert target["orders"]["topics"]["created"] == source["orders"]["topics"]["created"]
     assert target["orders"]["topic_auth"] == source["orders"]["topic_auth"]  # grant on a selected topic
+
+
+@pytest.mark.slow
+def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    """SIGKILL to spark-submit's whole process group once apply is creating topics; the re-run completes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from benchmarks.metadata_scale import create_source_tenant
+
+    tenant = unique("it-kill")
+    create_source_tenant(admin_a, tenant, [cluster_a.name], topics=400)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"admin_concurrency": 2})
+    job = Path(__file__).resolve().parents[2] / "spark_jobs" / "sync_metadata.py"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--conf",
+         "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(tmp_path / "killed")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+    killed_during_apply = False
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the driver's log reaches spark-submit's stdout
+            if "apply phase namespace:" in line:  # topics are being created now
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_during_apply = True
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    try:
+        assert killed_during_apply, "the step finished before it could be killed mid-apply"
+        def persistent_names(admin: PulsarAdmin) -> int:  # topics and partitions
+            return sum(len(admin.get(f"/persistent/{full}")) for full in admin.get(f"/namespaces/{tenant}"))
+
+        partial, complete = persistent_names(admin_b), persistent_names(admin_a)
+        assert partial < complete, f"the kill came after apply had created everything ({partial}/{complete})"
+
+        assert sync(spec, tmp_path / "rerun") == 0
+        rerun = report(tmp_path / "rerun")
+        assert rerun["counts"]["apply_failed"] == 0
+        assert rerun["hashes"]["desired"] == rerun["hashes"]["target_actual"]
+        assert snapshot(admin_b, tenant) == snapshot(admin_a, tenant)
+        assert sync(spec, tmp_path / "third") == 0
+        assert report(tmp_path / "third")["counts"]["applied"] == 0
+    finally:
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
