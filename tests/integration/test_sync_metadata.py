@@ -267,11 +267,12 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
     import signal
     import subprocess
     import sys
+    import time
 
     from benchmarks.metadata_scale import create_source_tenant
 
     tenant = unique("it-kill")
-    create_source_tenant(admin_a, tenant, [cluster_a.name], topics=400)
+    layout = create_source_tenant(admin_a, tenant, [cluster_a.name], topics=400)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"admin_concurrency": 2})
     job = Path(__file__).resolve().parents[2] / "spark_jobs" / "sync_metadata.py"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -284,10 +285,16 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # the driver's log reaches spark-submit's stdout
-            if "apply phase namespace:" in line:  # topics are being created now
+            if "apply phase namespace:" in line:  # the topic phase starts now
+                break
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            created = sum(len(admin_b.get(f"/persistent/{tenant}/{ns}")) for ns in layout)
+            if created >= 40:  # inside the topic phase: some topics exist, most do not
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed_during_apply = True
                 break
+            time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -303,6 +310,7 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
         assert sync(spec, tmp_path / "rerun") == 0
         rerun = report(tmp_path / "rerun")
         assert rerun["counts"]["apply_failed"] == 0
+        assert 0 < rerun["counts"]["topic.NOOP"] < 400  # the killed run had created some topics
         assert rerun["hashes"]["desired"] == rerun["hashes"]["target_actual"]
         assert snapshot(admin_b, tenant) == snapshot(admin_a, tenant)
         assert sync(spec, tmp_path / "third") == 0
