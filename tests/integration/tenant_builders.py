@@ -30,7 +30,7 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
         policies = admin.get(f"/namespaces/{tenant}/{ns}")
         auth = policies["auth_policies"]
         ns_snap: dict[str, Any] = {
-            "policies": {f: _rekey(policies.get(f)) for f in NAMESPACE_POLICY_FIELDS},
+            "policies": {f: _rekey(policies.get(f), admin.name) for f in NAMESPACE_POLICY_FIELDS},
             "namespace_auth": {k: sorted(v) for k, v in auth["namespace_auth"].items()},
             "subscription_auth": {k: sorted(v) for k, v in auth["subscription_auth_roles"].items()},
             "topic_auth": {k.split("/", 3)[-1]: {r: sorted(a) for r, a in v.items()}
@@ -58,12 +58,12 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
     return snap
 
 
-def _rekey(value: Any) -> Any:
-    """Cluster-keyed rate maps hold one entry per cluster name: compare the values only."""
-    if isinstance(value, dict) and value and all(k.startswith("cluster-") for k in value):
-        return sorted(json.dumps(v, sort_keys=True) for v in value.values())
+def _rekey(value: Any, own_cluster: str) -> Any:
+    """Per-cluster rate maps: the entry for the cluster being read becomes `<own>`, so a source's and a
+    target's maps compare equal only when each holds the rate under its own name."""
+    if isinstance(value, dict) and own_cluster in value:
+        return {("<own>" if k == own_cluster else k): v for k, v in value.items()}
     return value
-
 
 def write_spec(path: Path, tenant: str, a: LocalCluster, b: LocalCluster, **overrides: Any) -> Path:
     spec: dict[str, Any] = {

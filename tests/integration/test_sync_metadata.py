@@ -228,10 +228,10 @@ def test_verification_detects_a_target_that_drifted(
     monkeypatch.setattr(step, "VERIFY_RETRY_DELAY_S", 0.0)
     clusters = Clusters.open(spec)
     try:
-        desired = desired_state(spark, spec, clusters, read_layout(clusters.source, spec, must_exist=True), 4)
+        desired = desired_state(spark, spec, read_layout(clusters.source, spec, must_exist=True), 4)
         topics = {row.key for row in desired.filter("kind = 'topic'").collect()}
         with pytest.raises(StepFailed, match=r"verification failed: 2 resource\(s\) differ .*2 change\(s\) still"):
-            step._verify(ctx, clusters, desired, topics, 4)
+            step._verify(ctx, clusters, desired, topics, set(), 4)
     finally:
         clusters.close()
     assert ctx.report.hashes["desired"] != ctx.report.hashes["target_actual"]

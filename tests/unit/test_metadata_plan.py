@@ -68,15 +68,18 @@ def test_namespace_policies_update_only_the_differing_fields() -> None:
                                            "numBundles": 16})).action == NOOP
 
 
-V0, V1, V2 = ({"type": "AVRO", "data": f"schema-{i}", "properties": {}} for i in range(3))
+V0, V1, V2 = ({"version": i, "type": "AVRO", "data": f"schema-{i}", "properties": {}} for i in range(3))
 
 
 @pytest.mark.parametrize(("want", "have", "action", "change", "reason_part"), [
     ([V0, V1], [V0, V1], NOOP, None, "2 version(s) equal"),
     ([V0, V1, V2], [V0], UPDATE, [V1, V2], "add versions 1..2"),
-    ([V0, V1], [V0, V1, V2], NOOP, None, "1 newer only on the target"),
-    ([V0, V1], [V0, V2], CONFLICT, None, "schema version 1 differs"),
-    ([V0], [V1, V0], CONFLICT, None, "schema version 0 differs"),
+    ([V0, V1], [V0, V1, V2], NOOP, None, "1 more only on the target"),
+    ([V0, V1], [V0, {**V2, "version": 1}], CONFLICT, None, "schema version 1 differs"),
+    ([V0], [{**V1, "version": 0}], CONFLICT, None, "schema version 0 differs"),
+    ([V1, V2], [], CONFLICT, None, "its next version is 0"),  # v0 was deleted on the source
+    ([V1, V2], [{**V0, "data": "other"}], UPDATE, [V1, V2], "add versions 1..2"),  # numbers line up
+    ([V0, V2], [V0], CONFLICT, None, "cannot get the same numbers"),
 ])
 def test_schema_history_must_match_version_for_version(want: list, have: list, action: str,
                                                         change: list | None, reason_part: str) -> None:
@@ -85,14 +88,44 @@ def test_schema_history_must_match_version_for_version(want: list, have: list, a
     assert decision.change == (j({"versions": change}) if change else None)
 
 
-def test_schema_projection_ignores_newer_target_versions() -> None:
+def test_schema_projection_matches_by_version_number() -> None:
     assert project_actual(r.SCHEMA, j({"versions": [V0]}), j({"versions": [V0, V1]})) == j({"versions": [V0]})
-    assert project_actual(r.SCHEMA, j({"versions": [V0, V1]}), j({"versions": [V0]})) == j({"versions": [V0]})
+    assert project_actual(r.SCHEMA, j({"versions": [V0, V1]}), j({"versions": [V0]})) == j({"versions": [V0, None]})
+    assert project_actual(r.SCHEMA, j({"versions": [V1]}), j({"versions": [V0, V1]})) == j({"versions": [V1]})
 
 
-def test_subscription_properties_must_match() -> None:
-    assert decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"properties": {}})).action == UPDATE
-    assert decide(r.SUBSCRIPTION, j({"properties": {}}), j({"properties": {}})).action == NOOP
+def test_subscription_properties_grow_and_keep_target_only_keys() -> None:
+    decision = decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"properties": {"a": "0", "t": "x"}}))
+    assert decision.action == UPDATE and decision.reason == "properties differ in a"
+    assert json.loads(decision.change or "") == {"properties": {"a": "1", "t": "x"}}  # the broker replaces the map
+    assert decide(r.SUBSCRIPTION, j({"properties": {}}), j({"properties": {"t": "x"}})).action == NOOP
+
+
+def test_cluster_registration_is_created_but_never_overwritten() -> None:
+    desired = j({"serviceUrl": "http://b:8082", "brokerServiceUrl": "pulsar://b:6652"})
+    assert decide(r.CLUSTER, desired, None).action == CREATE
+    other = decide(r.CLUSTER, desired, j({"serviceUrl": "http://internal-b:8080", "brokerServiceUrl": "pulsar://b:6652"}))
+    assert (other.action, other.change) == (NOOP, None)
+    assert "serviceUrl" in other.reason and "never overwritten" in other.reason
+    assert project_actual(r.CLUSTER, desired, j({"serviceUrl": "http://internal-b:8080"})) == desired
+    assert project_actual(r.CLUSTER, desired, None) is None
+
+
+def test_merged_maps_need_only_the_desired_keys() -> None:
+    desired = j({"policies": {"properties": {"team": "payments"},
+                              "backlog_quota_map": {"destination_storage": {"limitSize": 1}}}, "numBundles": 4})
+    actual = j({"policies": {"properties": {"team": "payments", "extra": "kept"},
+                             "backlog_quota_map": {"destination_storage": {"limitSize": 1},
+                                                   "message_age": {"limitTime": 5}}}})
+    assert decide(r.NAMESPACE, desired, actual).action == NOOP
+    drifted = j({"policies": {"properties": {"team": "ops", "extra": "kept"}, "backlog_quota_map": {}}})
+    decision = decide(r.NAMESPACE, desired, drifted)
+    assert json.loads(decision.change or "") == {"policies": {
+        "properties": {"team": "payments"}, "backlog_quota_map": {"destination_storage": {"limitSize": 1}}}}
+    assert project_actual(r.NAMESPACE, desired, actual) == desired
+    topic = decide(r.TOPIC_POLICIES, j({"backlogQuotaMap": {"destination_storage": {"limitSize": 2}}}),
+                   j({"backlogQuotaMap": {"destination_storage": {"limitSize": 2}, "message_age": {}}}))
+    assert topic.action == NOOP
 
 
 def test_cluster_keyed_rate_maps_move_to_the_target_name() -> None:
@@ -110,13 +143,16 @@ def test_partition_names_are_recognised_only_for_partitioned_parents() -> None:
 
 
 def test_registration_payload_never_holds_a_token() -> None:
-    plain = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652"))
+    plain = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652"), with_auth=True)
     assert plain == {"serviceUrl": "http://h:8082", "brokerServiceUrl": "pulsar://h:6652"}
     secured = registration_payload(ClusterSpec("b", "https://h:8443", "pulsar+ssl://h:6651", token_env="B_TOKEN",
-                                               tls=TlsSpec(trust_certs_file="/ca.pem")))
+                                               tls=TlsSpec(trust_certs_file="/ca.pem")), with_auth=True)
     assert secured["serviceUrlTls"] == "https://h:8443" and secured["brokerClientTlsEnabled"] is True
     assert secured["authenticationPlugin"].endswith("AuthenticationToken")
     assert "authenticationParameters" not in secured
+    copy_mode = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652", token_env="B_TOKEN"),
+                                     with_auth=False)
+    assert "authenticationPlugin" not in copy_mode  # a copy never has brokers authenticate to each other
 
 
 def test_projection_of_a_superset_equals_the_desired_payload() -> None:
@@ -130,7 +166,7 @@ def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) ->
     rows = [
         (r.TARGET, r.TOPIC, "ns/t", "ns", j({"partitions": 2})),
         (r.TARGET, r.SUBSCRIPTION, "ns/t|s", "ns", j({"properties": {}})),
-        (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"versions": [{"type": "AVRO", "data": "", "properties": {}}]})),
+        (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"versions": [V0]})),
         (r.TARGET, r.TOPIC, "ns/ok", "ns", j({"partitions": 0})),
         (r.TARGET, r.SUBSCRIPTION, "ns/ok|s", "ns", j({"properties": {}})),
     ]

@@ -75,12 +75,11 @@ class ChangeApplier:
                 raise
 
     def _apply_cluster(self, admin: PulsarAdmin, c: Change, _: Any) -> None:
-        data = json.loads(c.desired)  # the cluster API replaces the whole registration
+        data = json.loads(c.desired)
         peer = self.spec.clusters[c.key]
-        if data.get("authenticationPlugin") == TOKEN_AUTH_PLUGIN:
+        if data.get("authenticationPlugin") == TOKEN_AUTH_PLUGIN:  # geo mode only: brokers replicate
             data["authenticationParameters"] = f"token:{peer.token()}"
-        path = f"/clusters/{seg(c.key)}"
-        admin.put(path, data) if c.action == CREATE else admin.post(path, data)
+        admin.put(f"/clusters/{seg(c.key)}", data)  # plan only creates: a registration is never overwritten
 
     def _apply_tenant(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         info = {"adminRoles": body.get("adminRoles", []), "allowedClusters": body["allowedClusters"]}
@@ -138,7 +137,7 @@ class ChangeApplier:
                 for quota_type, quota in value.items():
                     admin.post(f"{path}/backlogQuota", quota, params={"backlogQuotaType": quota_type})
             else:
-                admin.post(f"{path}/{name}", value)
+                admin.request("PUT" if name in r.TOPIC_POLICY_PUT else "POST", f"{path}/{name}", json_body=value)
 
     def _apply_schema(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         ns, topic = c.key.split("/", 1)

@@ -59,8 +59,12 @@ class TenantLayout:
 
 # -- cluster registration --------------------------------------------------------------------------
 
-def registration_payload(cluster: ClusterSpec) -> dict[str, Any]:
-    """What a peer must hold about `cluster` to reach it (no secret: the token is added at apply)."""
+def registration_payload(cluster: ClusterSpec, *, with_auth: bool) -> dict[str, Any]:
+    """What a peer must hold about `cluster` to reach it (no secret: the token is added at apply).
+
+    Auth is only for broker-to-broker replication (geo mode): a copy never has brokers connect to each
+    other, so it never stores a token in the peer's registration.
+    """
     payload: dict[str, Any] = {}
     if cluster.admin_url.startswith("https://"):
         payload["serviceUrlTls"] = cluster.admin_url
@@ -75,7 +79,7 @@ def registration_payload(cluster: ClusterSpec) -> dict[str, Any]:
         payload["tlsAllowInsecureConnection"] = bool(cluster.tls.allow_insecure)
         if cluster.tls.trust_certs_file:
             payload["brokerClientTrustCertsFilePath"] = cluster.tls.trust_certs_file
-    if cluster.token_env:
+    if with_auth and cluster.token_env:
         payload["authenticationPlugin"] = TOKEN_AUTH_PLUGIN
     return payload
 
@@ -229,7 +233,7 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     except NotFound:
         stats = {"subscriptions": {}}
     for sub, sub_stats in sorted((stats.get("subscriptions") or {}).items()):
-        if r.is_replicator_cursor(sub) or sub_stats.get("isDurable") is False:
+        if r.is_system_cursor(sub) or sub_stats.get("isDurable") is False:
             continue
         rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace,
                                   {"properties": sub_stats.get("subscriptionProperties") or {}}))
@@ -242,14 +246,15 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
         # The whole history, in order: messages carry their schema version, so the target must number
         # the same schemas the same way.
         rows.append(r.Resource.of(side, r.SCHEMA, ref.local, ref.namespace, {"versions": [
-            {"type": v.get("type"), "data": v.get("data") or "", "properties": v.get("properties") or {}}
+            {"version": int(v["version"]), "type": v.get("type"), "data": v.get("data") or "",
+             "properties": v.get("properties") or {}}
             for v in versions
         ]}))
     if ref.read_policies:
         policies = {}
         for path in r.TOPIC_POLICY_PATHS:
             value = admin.get(f"{base}/{path}", params={"applied": "false"})
-            if value not in (None, "", {}, b""):
+            if value not in (None, "", {}, [], b""):
                 policies[path] = value
         if policies:
             rows.append(r.Resource.of(side, r.TOPIC_POLICIES, ref.local, ref.namespace, policies))
@@ -261,9 +266,16 @@ def fetch_topic_resources(
 ) -> Iterator[tuple[str, str, str, str, str]]:
     """Runs `topic_resources` over `refs` with at most `concurrency` calls in flight."""
     admin = admin_factory()
+
+    def read(ref: TopicRef) -> list[r.Resource]:
+        try:
+            return topic_resources(admin, tenant, ref, side)
+        except Exception as exc:  # reported as a row: the driver fails with one clear line
+            return [r.Resource.of(side, r.READ_ERROR, ref.local, ref.namespace, {"error": str(exc)})]
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            for rows in pool.map(lambda ref: topic_resources(admin, tenant, ref, side), list(refs)):
+            for rows in pool.map(read, list(refs)):
                 yield from (row.as_tuple() for row in rows)
     finally:
         admin.close()

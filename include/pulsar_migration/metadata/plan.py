@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pulsar_migration.metadata import resources as r
+from pulsar_migration.metadata.fields import project_fields
 
 CREATE, UPDATE, CONFLICT, NOOP = "CREATE", "UPDATE", "CONFLICT", "NOOP"
 ACTIONS = (CREATE, UPDATE, CONFLICT, NOOP)
@@ -25,8 +26,6 @@ CHANGING_ACTIONS = (CREATE, UPDATE)
 # Kinds whose payload is a set (roles, actions, clusters): the target may hold more; it must hold
 # at least the desired members. Missing members are added, extra ones kept.
 _SET_KINDS = frozenset({r.NAMESPACE_PERMISSION, r.SUBSCRIPTION_PERMISSION, r.TOPIC_PERMISSION})
-# Kinds whose payload is a map of settings: each desired setting must be equal on the target.
-_FIELD_KINDS = frozenset({r.CLUSTER, r.TOPIC_POLICIES})
 
 RESOURCE_SCHEMA = T.StructType([
     T.StructField("side", T.StringType(), False),
@@ -66,8 +65,12 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
         if not missing:
             return Decision(NOOP, "present")
         return Decision(UPDATE, f"missing {', '.join(missing)}", r.canonical(sorted(set(desired) | set(actual))))
-    if kind in _FIELD_KINDS:
+    if kind == r.CLUSTER:
+        return _decide_registration(desired, actual)
+    if kind == r.TOPIC_POLICIES:
         return _decide_fields(desired, actual)
+    if kind == r.SUBSCRIPTION:
+        return _decide_subscription(desired["properties"], actual["properties"])
     if kind == r.NAMESPACE:
         decision = _decide_fields(desired["policies"], actual["policies"])
         if decision.action == UPDATE:
@@ -75,10 +78,7 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
         return decision
     if kind == r.SCHEMA:
         return _decide_schema(desired["versions"], actual["versions"])
-    # subscription: the whole payload must match
-    if desired == actual:
-        return Decision(NOOP, "equal")
-    return Decision(UPDATE, "differs", desired_json)
+    raise ValueError(f"no decision rule for resource kind {kind!r}")
 
 
 def _decide_topic(want: int, have: int) -> Decision:
@@ -93,18 +93,44 @@ def _decide_topic(want: int, have: int) -> Decision:
     return Decision(CONFLICT, f"target has more partitions ({have}) than the source ({want}); never shrunk")
 
 
-def _decide_schema(want: list[Any], have: list[Any]) -> Decision:
-    """The target's schema history must start with the source's, version for version."""
-    common = next((i for i, (w, h) in enumerate(zip(want, have, strict=False)) if w != h), min(len(want), len(have)))
-    if common < min(len(want), len(have)):
-        return Decision(CONFLICT, f"schema version {common} differs ({len(want)} version(s) on the source, "
+def _decide_schema(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> Decision:
+    """Every source version must exist on the target under the same number with the same content.
+
+    Messages carry their schema version, so numbers matter. Missing versions can only be added when
+    they are exactly the next numbers the target will assign (each post becomes latest + 1).
+    """
+    by_number = {v["version"]: v for v in have}
+    differing = [v["version"] for v in want if v["version"] in by_number and by_number[v["version"]] != v]
+    if differing:
+        return Decision(CONFLICT, f"schema version {differing[0]} differs ({len(want)} version(s) on the source, "
                                   f"{len(have)} on the target)")
-    if len(have) < len(want):
-        return Decision(UPDATE, f"add versions {len(have)}..{len(want) - 1}",
-                        r.canonical({"versions": want[len(have):]}))
-    if len(have) > len(want):
-        return Decision(NOOP, f"{len(want)} version(s) equal; {len(have) - len(want)} newer only on the target")
-    return Decision(NOOP, f"{len(want)} version(s) equal")
+    missing = [v for v in want if v["version"] not in by_number]
+    if not missing:
+        extra = len(have) - len(want)
+        return Decision(NOOP, f"{len(want)} version(s) equal" + (f"; {extra} more only on the target" if extra else ""))
+    next_number = max(by_number, default=-1) + 1
+    numbers = [v["version"] for v in missing]
+    if numbers != list(range(next_number, next_number + len(missing))):
+        return Decision(CONFLICT, f"source schema versions {numbers[0]}..{numbers[-1]} cannot get the same numbers "
+                                  f"on the target (its next version is {next_number})")
+    return Decision(UPDATE, f"add versions {numbers[0]}..{numbers[-1]}", r.canonical({"versions": missing}))
+
+
+def _decide_registration(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
+    """A registration is created when absent, never overwritten: other tenants' replication may use it."""
+    differing = sorted(k for k, v in desired.items() if actual.get(k) != v)
+    if not differing:
+        return Decision(NOOP, "equal")
+    return Decision(NOOP, f"registered with other settings ({', '.join(differing)}); never overwritten")
+
+
+def _decide_subscription(want: dict[str, str], have: dict[str, str]) -> Decision:
+    missing = sorted(k for k, v in want.items() if have.get(k) != v)
+    if not missing:
+        return Decision(NOOP, "present")
+    # The broker replaces the whole map: send the target's own keys too, so none is lost.
+    return Decision(UPDATE, f"properties differ in {', '.join(missing)}",
+                    r.canonical({"properties": {**have, **want}}))
 
 
 def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
@@ -122,7 +148,16 @@ def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
 
 
 def _decide_fields(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
-    differing = {k: v for k, v in desired.items() if actual.get(k) != v}
+    """Each desired setting must hold on the target; merged maps (properties, quotas, per-cluster rates)
+    only need the desired keys, and the change carries only what differs."""
+    projected = project_fields(desired, actual)
+    differing: dict[str, Any] = {}
+    for name, value in desired.items():
+        if projected.get(name) == value:
+            continue
+        if name in r.MERGED_MAP_FIELDS and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if (projected.get(name) or {}).get(k) != v}
+        differing[name] = value
     if not differing:
         return Decision(NOOP, "equal")
     return Decision(UPDATE, f"differs in {', '.join(sorted(differing))}", r.canonical(differing))

@@ -25,6 +25,7 @@ TOPIC_PERMISSION = "topic_permission"
 TOPIC_POLICIES = "topic_policies"
 SCHEMA = "schema"
 SUBSCRIPTION = "subscription"
+READ_ERROR = "read_error"  # an executor could not read a topic; never planned, fails the step
 
 APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (CLUSTER,),
@@ -105,7 +106,17 @@ TOPIC_POLICY_PATHS: tuple[str, ...] = (
     "subscriptionDispatchRate",
     "publishRate",
     "backlogQuotaMap",
+    "maxConsumersPerSubscription",
+    "subscribeRate",
+    "subscriptionTypesEnabled",
+    "autoSubscriptionCreation",
+    "schemaCompatibilityStrategy",  # set with PUT; the rest with POST
+    # schemaValidationEnforced is left out: the broker answers `false` when it is unset.
 )
+TOPIC_POLICY_PUT = frozenset({"schemaCompatibilityStrategy"})
+# Map-valued settings the broker merges key by key (or that are set one key per call): the target
+# must hold each desired key; keys only on the target are kept.
+MERGED_MAP_FIELDS = frozenset({"properties", "backlog_quota_map", "backlogQuotaMap"}) | CLUSTER_KEYED_POLICIES
 CHANGE_EVENTS_TOPIC = "__change_events"
 
 
@@ -145,9 +156,11 @@ def split_child_key(key: str) -> tuple[str, str]:
 
 
 def is_system_topic(topic: str) -> bool:
-    """Pulsar's internal topics (`__change_events`, `__transaction_buffer_snapshot`, ...)."""
-    return topic.startswith("__")
+    """Pulsar's internal topics: `__change_events`, `__transaction_buffer_snapshot`, ..., and the
+    per-subscription `<topic>-<sub>__transaction_pending_ack` topics."""
+    return topic.startswith("__") or topic.endswith("__transaction_pending_ack")
 
 
-def is_replicator_cursor(subscription: str) -> bool:
-    return subscription.startswith("pulsar.repl.")
+def is_system_cursor(subscription: str) -> bool:
+    """Cursors the broker owns: replicators (`pulsar.repl.<cluster>`) and the compactor (`__compaction`)."""
+    return subscription.startswith("pulsar.repl.") or subscription == "__compaction"

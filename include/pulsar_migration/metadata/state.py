@@ -8,10 +8,13 @@ from functools import partial
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pulsar_migration.admin import PulsarAdmin, seg
 from pulsar_migration.metadata import resources as r
+from pulsar_migration.metadata.fields import project_fields
 from pulsar_migration.metadata.inventory import (
+    MetadataError,
     TenantLayout,
     TopicRef,
     fetch_topic_resources,
@@ -55,22 +58,29 @@ def _topic_rows(spark: SparkSession, spec: MigrationSpec, cluster_name: str, ref
     fetch = partial(fetch_topic_resources, partial(_admin_for, spec.to_dict(), cluster_name), spec.tenant,
                     side=side, concurrency=concurrency)
     rdd = sc.parallelize(refs, slices).mapPartitions(fetch)
-    return spark.createDataFrame(rdd, RESOURCE_SCHEMA)
+    rows = spark.createDataFrame(rdd, RESOURCE_SCHEMA).cache()
+    errors = rows.filter(F.col("kind") == r.READ_ERROR)
+    failed = errors.count()
+    if failed:
+        first = errors.orderBy("key").first()
+        raise MetadataError(f"reading {failed} topic(s) on cluster {cluster_name} failed; first: {first.key}: "
+                            f"{json.loads(first.payload)['error']}")
+    return rows
 
 
 def _frame(spark: SparkSession, rows: list[r.Resource]) -> DataFrame:
     return spark.createDataFrame([row.as_tuple() for row in rows], RESOURCE_SCHEMA)
 
 
-def desired_state(spark: SparkSession, spec: MigrationSpec, clusters: Clusters, source: TenantLayout,
-                  concurrency: int) -> DataFrame:
+def desired_state(spark: SparkSession, spec: MigrationSpec, source: TenantLayout, concurrency: int) -> DataFrame:
     """What both clusters must hold when metadata sync is done, derived from the source tenant."""
     src, tgt = spec.source_cluster, spec.target_cluster
     both = sorted({spec.source, spec.target})
     info = source.tenant_info or {}
+    geo = spec.replication_mode == "geo"
     rows = [
-        r.Resource.of(r.SOURCE, r.CLUSTER, spec.target, "", registration_payload(tgt)),
-        r.Resource.of(r.TARGET, r.CLUSTER, spec.source, "", registration_payload(src)),
+        r.Resource.of(r.SOURCE, r.CLUSTER, spec.target, "", registration_payload(tgt, with_auth=geo)),
+        r.Resource.of(r.TARGET, r.CLUSTER, spec.source, "", registration_payload(src, with_auth=geo)),
         # The source tenant must allow the target before any namespace can replicate there.
         r.Resource.of(r.SOURCE, r.TENANT, spec.tenant, "", {"allowedClusters": both}),
         r.Resource.of(r.TARGET, r.TENANT, spec.tenant, "", {
@@ -89,9 +99,10 @@ def actual_state(spark: SparkSession, spec: MigrationSpec, clusters: Clusters, d
     target = read_layout(clusters.target, spec, must_exist=False)
     source_tenant = clusters.source.get(f"/tenants/{seg(spec.tenant)}")
     rows: list[r.Resource] = []
+    geo = spec.replication_mode == "geo"
     for side, admin, peer in ((r.SOURCE, clusters.source, spec.target_cluster),
                               (r.TARGET, clusters.target, spec.source_cluster)):
-        registration = read_registration(admin, peer.name, registration_payload(peer).keys())
+        registration = read_registration(admin, peer.name, registration_payload(peer, with_auth=geo).keys())
         if registration is not None:
             rows.append(r.Resource.of(side, r.CLUSTER, peer.name, "", registration))
     for row in (tenant_row(r.SOURCE, spec.tenant, source_tenant),
@@ -110,21 +121,28 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
     """The part of an actual payload that corresponds to the desired one.
 
     After a complete sync, projection(actual) == desired for every covered row, whatever extra the
-    target holds; hashing both sides proves it independently of the plan's decision rules.
+    target holds (grants, map keys, newer schema versions, properties only it has); hashing both sides
+    proves it independently of the plan's decision rules.
     """
     if actual_json is None:
         return None
     desired, actual = json.loads(desired_json), json.loads(actual_json)
     if isinstance(desired, list):
         return r.canonical(sorted(set(desired) & set(actual)))
+    if kind == r.CLUSTER:  # an existing registration is never overwritten: that it exists is what counts
+        return desired_json
     if kind == r.TENANT:
         return r.canonical({k: sorted(set(v) & set(actual.get(k, []))) for k, v in desired.items()})
     if kind == r.NAMESPACE:
-        policies = actual.get("policies", {})
-        return r.canonical({"policies": {k: policies.get(k) for k in desired["policies"]},
-                            "numBundles": desired.get("numBundles")})  # bundle count is not synced after create
-    if kind == r.SCHEMA:  # newer versions only on the target are left alone
-        return r.canonical({"versions": actual["versions"][: len(desired["versions"])]})
-    if kind in (r.CLUSTER, r.TOPIC_POLICIES):
-        return r.canonical({k: actual.get(k) for k in desired})
+        return r.canonical({"policies": project_fields(desired["policies"], actual.get("policies", {})),
+                            "numBundles": desired.get("numBundles")})  # bundles may split after create
+    if kind == r.TOPIC_POLICIES:
+        return r.canonical(project_fields(desired, actual))
+    if kind == r.SUBSCRIPTION:
+        have = actual.get("properties", {})
+        return r.canonical({"properties": {k: have.get(k) for k in desired["properties"]}})
+    if kind == r.SCHEMA:  # the desired version numbers as the target holds them; others are left alone
+        by_number = {v["version"]: v for v in actual["versions"]}
+        return r.canonical({"versions": [by_number.get(v["version"]) for v in desired["versions"]]})
     return r.canonical(actual)
+

@@ -39,7 +39,7 @@ def run(ctx: StepContext) -> None:
         started = time.monotonic()
         # Both inventories complete before anything is written: bad input fails with no writes.
         source = read_layout(clusters.source, spec, must_exist=True)
-        desired = desired_state(spark, spec, clusters, source, concurrency).cache()
+        desired = desired_state(spark, spec, source, concurrency).cache()
         desired_topics = {row.key for row in desired.filter(F.col("kind") == r.TOPIC).select("key").collect()}
         actual = actual_state(spark, spec, clusters, desired_topics, concurrency)
         plan = plan_metadata(desired, actual).cache()
@@ -73,8 +73,10 @@ def run(ctx: StepContext) -> None:
             raise StepFailed(f"{len(failures)} of {len(results)} change(s) failed; first: {first.kind} "
                              f"{first.key} ({first.action}): {first.error}")
 
+        planned_conflicts = {(row.side, row.kind, row.key) for row in plan.filter(F.col("action") == CONFLICT)
+                             .select("side", "kind", "key").collect()}
         started = time.monotonic()
-        _verify(ctx, clusters, desired, desired_topics, concurrency)
+        _verify(ctx, clusters, desired, desired_topics, planned_conflicts, concurrency)
         report.details["verify_s"] = round(time.monotonic() - started, 3)
     finally:
         clusters.close()
@@ -101,15 +103,16 @@ def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
 
 
 def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
-            concurrency: int) -> None:
-    """Fresh inventory of both clusters; every non-conflicting desired row must now hold exactly.
+            planned_conflicts: set[tuple[str, str, str]], concurrency: int) -> None:
+    """Fresh inventory of both clusters; every desired row the plan did not mark CONFLICT must now hold
+    exactly (a conflict that appeared during apply, e.g. a producer auto-creating a topic, fails here).
 
     Topic-level policies reach the broker's policy cache through the `__change_events` system topic,
     a moment after the admin call returns: a mismatch is re-read a few times before it counts.
     """
     report = ctx.report
     for attempt in range(1, VERIFY_ATTEMPTS + 1):
-        mismatched, remaining = _compare(ctx, clusters, desired, desired_topics, concurrency)
+        mismatched, remaining = _compare(ctx, clusters, desired, desired_topics, planned_conflicts, concurrency)
         report.counts["verify_attempts"] = attempt
         if not mismatched and not remaining:
             log.info("verified %d resources: desired hash %s == actual hash", report.counts["verified_rows"],
@@ -125,14 +128,14 @@ def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_to
 
 
 def _compare(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
-             concurrency: int) -> tuple[list[tuple[str, str, str]], int]:
+             planned_conflicts: set[tuple[str, str, str]], concurrency: int) -> tuple[list[tuple[str, str, str]], int]:
     """Hashes desired vs projected actual payloads; returns the differing rows and the re-plan's changes."""
     spec, report, spark = ctx.spec, ctx.report, ctx.spark
     actual = actual_state(spark, spec, clusters, desired_topics, concurrency)
     replan = plan_metadata(desired, actual).filter(F.col("desired").isNotNull()).cache()
-    covered = replan.filter(F.col("action") != CONFLICT).select("side", "kind", "key", "desired", "actual").collect()
+    rows = replan.select("side", "kind", "key", "desired", "actual").collect()
     pairs = [((row.side, row.kind, row.key), row.desired, project_actual(row.kind, row.desired, row.actual))
-             for row in covered]
+             for row in rows if (row.side, row.kind, row.key) not in planned_conflicts]
     report.counts["verified_rows"] = len(pairs)
     report.hashes["desired"] = stable_hash(f"{'|'.join(k)}|{d}" for k, d, _ in pairs)
     report.hashes["target_actual"] = stable_hash(f"{'|'.join(k)}|{a}" for k, _, a in pairs)
