@@ -72,6 +72,8 @@ with DAG(
                                                  "from the source (reported, never overwritten)."),
     },
     user_defined_macros=dag_support.macros(PROJECT_ROOT),
+    # One run at a time: two runs (e.g. of the same tenant) would race on the target's metadata.
+    max_active_runs=1,
 ):
     spec = render_spec_task(PROJECT_ROOT)
     # Next steps chain on the previous publish task: replicate_topics, sync_progress, switch_lookup,

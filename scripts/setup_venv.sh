@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# Creates .venv with the pinned requirements and the project installed editable, then proves the
-# install works (pyspark-client can overwrite pyspark's Python files; pandas 3 breaks pyspark.pandas).
-# A second run with unchanged requirements only re-checks.
+# Creates .venv with the pinned requirements (every transitive version fixed by requirements.lock) and
+# the project installed editable, then proves the install works (pyspark-client can overwrite pyspark's
+# Python files; pandas 3 breaks pyspark.pandas). A second run with unchanged requirements only re-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON_BIN=${PYTHON_BIN:-$(command -v python3.11 || command -v python3)}
-stamp_id=$(cat requirements.txt pyproject.toml | sha1sum | cut -c1-12)
+PYTHON_BIN=${PYTHON_BIN:-$(command -v python3.11 || command -v python3 || true)}
+stamp_id=$(cat requirements.txt requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 stamp=.venv/.installed-$stamp_id
 if [[ -f $stamp ]] && .venv/bin/python -m localdev.check_env; then
   exit 0
 fi
+# Prerequisites: one line each naming the Debian package that provides what is missing.
+missing=0
+need() { echo "setup: $1; run: apt-get install -y $2" >&2; missing=1; }
+[[ -n $PYTHON_BIN ]] || { need "python3.11 is not on PATH" python3.11; exit 1; }
+py_ver=$("$PYTHON_BIN" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+{ "$PYTHON_BIN" -m venv --help && "$PYTHON_BIN" -c 'import ensurepip'; } >/dev/null 2>&1 \
+  || need "$PYTHON_BIN cannot create virtual environments (no venv/ensurepip)" "python$py_ver-venv"
+java_major=$(java -version 2>&1 | sed -nE '1s/.*version "(1\.)?([0-9]+).*/\2/p' || true)
+[[ ${java_major:-0} -ge 17 ]] || need "Java 17+ is needed (found: ${java_major:-none})" openjdk-17-jdk-headless
+command -v mvn >/dev/null || need "mvn is needed to fetch Pulsar from Maven Central" maven
+(( missing == 0 )) || exit 1
+
 echo "setup: creating .venv with $PYTHON_BIN" >&2
 "$PYTHON_BIN" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+pip=(.venv/bin/pip install -q --disable-pip-version-check)
+"${pip[@]}" --upgrade pip
+"${pip[@]}" -r requirements.txt -c requirements.lock
 # pyspark-client and pyspark share the pyspark/ folder: reinstall the full pyspark last.
 pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
-.venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall "$pyspark_pin"
-.venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
+"${pip[@]}" --no-deps --force-reinstall "$pyspark_pin"
+"${pip[@]}" --no-deps -e .
 .venv/bin/python -m localdev.check_env
 rm -f .venv/.installed-*
 touch "$stamp"

@@ -7,8 +7,10 @@
 `--clusters` is the spec's `clusters` mapping. One Spark task per cluster asks its admin API for
 health and the cluster list, using pulsar_migration.admin as shipped to the executors. Exit 0 only
 when every cluster is healthy and lists every other one; otherwise one error line on stderr.
-Tokens come from the environment variables the entries name (read on the driver, handed to the
-tasks inside their serialized closure, never in arguments).
+Clients are built by the library (`ClusterSpec.admin()`), so tokens come from the environment
+variables the entries name: the driver only checks they are set (and fails before Spark when one is
+not); each Spark task reads its token from its own executor's environment. No token is in the
+arguments or in the tasks' serialized closures.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from pulsar_migration.spec import ClusterSpec, SpecError, TlsSpec
 
 log = logging.getLogger("smoke_admin")
 
@@ -44,46 +48,56 @@ def parse_clusters(text: str) -> dict[str, dict[str, Any]]:
     return clusters
 
 
-def with_tokens(clusters: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One work item per cluster, tokens resolved from the environment on the driver."""
-    items = []
+def cluster_specs(clusters: dict[str, dict[str, Any]]) -> list[ClusterSpec]:
+    """One work item per cluster: its ClusterSpec, which names its token variable but holds no token.
+
+    Checks on the driver that every named variable is set, so a missing one fails before Spark starts.
+    """
+    specs = []
     for name, entry in sorted(clusters.items()):
-        token = None
-        if entry.get("token_env"):
-            token = os.environ.get(entry["token_env"])
-            if not token:
-                raise SmokeError(f"{name}: environment variable {entry['token_env']} (its token) is not set")
-        items.append({"name": name, "admin_url": entry["admin_url"], "token": token, "tls": entry.get("tls")})
-    return items
+        try:
+            tls = TlsSpec(**entry["tls"]) if entry.get("tls") else None
+        except TypeError as exc:
+            raise SmokeError(f"--clusters: {name}: tls: {exc}") from exc
+        cluster = ClusterSpec(name=name, admin_url=entry["admin_url"], service_url=entry.get("service_url") or "",
+                              token_env=entry.get("token_env"), tls=tls)
+        try:
+            cluster.token()  # only a presence check here; the executors read their own
+        except SpecError as exc:
+            raise SmokeError(str(exc)) from exc
+        specs.append(cluster)
+    return specs
 
 
-def check_partition(items: Iterable[dict[str, Any]], timeout_s: float) -> Iterator[dict[str, Any]]:
-    """Runs in a Spark task: imports the shipped library and asks each cluster about itself."""
+def check_partition(clusters: Iterable[ClusterSpec], timeout_s: float) -> Iterator[dict[str, Any]]:
+    """Runs in a Spark task: imports the shipped library and asks each cluster about itself.
+
+    The token, if any, is read here, from the executor's environment.
+    """
     import pulsar_migration
-    from pulsar_migration.admin import AdminError, PulsarAdmin, TlsSettings
+    from pulsar_migration.admin import AdminError
 
-    for item in items:
-        tls = None
-        if item.get("tls"):
-            t = item["tls"]
-            verify = False if t.get("allow_insecure") else (t.get("trust_certs_file") or True)
-            tls = TlsSettings(verify=verify, cert_file=t.get("cert_file"), key_file=t.get("key_file"))
+    for cluster in clusters:
         result: dict[str, Any] = {
-            "name": item["name"], "admin_url": item["admin_url"], "healthy": False, "clusters": None,
-            "error": None, "authenticated": bool(item["token"]),
+            "name": cluster.name, "admin_url": cluster.admin_url, "healthy": False, "clusters": None,
+            "error": None, "authenticated": False,
             "executor_host": socket.gethostname(), "executor_pid": os.getpid(),
             "library_file": pulsar_migration.__file__,
         }
         started = time.monotonic()
-        admin = PulsarAdmin(item["admin_url"], token=item["token"], tls=tls, timeout_s=timeout_s, retries=2,
-                            name=item["name"])
         try:
-            result["healthy"] = admin.healthy()
-            result["clusters"] = sorted(admin.clusters())
-        except AdminError as exc:
-            result["error"] = str(exc)
-        finally:
-            admin.close()
+            result["authenticated"] = cluster.token() is not None
+            admin = cluster.admin(timeout_s=timeout_s, retries=2)
+        except SpecError as exc:  # the variable is set on the driver but not in this executor
+            result["error"] = f"on executor {result['executor_host']}: {exc}"
+        else:
+            try:
+                result["healthy"] = admin.healthy()
+                result["clusters"] = sorted(admin.clusters())
+            except AdminError as exc:
+                result["error"] = str(exc)
+            finally:
+                admin.close()
         result["elapsed_s"] = round(time.monotonic() - started, 3)
         yield result
 
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
     try:
-        items = with_tokens(parse_clusters(args.clusters))
+        items = cluster_specs(parse_clusters(args.clusters))
     except SmokeError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

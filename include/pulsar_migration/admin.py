@@ -1,13 +1,13 @@
-"""Pulsar admin REST v2 client: auth from the environment, bounded retries, typed errors.
+"""Pulsar admin REST v2 client: token auth, TLS, bounded retries, typed errors.
 
-One instance per cluster. Tokens are read from the environment variable the spec names, never passed
-as arguments and never logged.
+One instance per cluster, normally built by `ClusterSpec.admin()` (pulsar_migration.spec), which reads
+the token from the environment variable the spec names. Tokens never appear in arguments of a
+process and are never logged.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,16 +79,6 @@ class PulsarAdmin:
             self._session.verify = tls.verify
             if tls.cert_file:
                 self._session.cert = (tls.cert_file, tls.key_file) if tls.key_file else tls.cert_file
-
-    @classmethod
-    def from_env(cls, admin_url: str, token_env: str | None, **kwargs: Any) -> PulsarAdmin:
-        """Builds a client whose token comes from the named environment variable."""
-        token = None
-        if token_env:
-            token = os.environ.get(token_env)
-            if not token:
-                raise AdminError(f"environment variable {token_env} (token for {admin_url}) is not set")
-        return cls(admin_url, token=token, **kwargs)
 
     def close(self) -> None:
         self._session.close()

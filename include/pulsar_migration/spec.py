@@ -39,6 +39,8 @@ class SpecError(ValueError):
 PULSAR_NAME_PATTERN = r"^[-=:.A-Za-z0-9_]+$"
 ENV_VAR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 REPLICATION_MODES = ("copy", "geo")
+ADMIN_CONCURRENCY_DEFAULT = 8
+ADMIN_CONCURRENCY_MAX = 64
 
 _NAME_RULE = "letters, digits and - = : . _ only"
 _NULLABLE_PATH = {"type": ["string", "null"], "minLength": 1, "default": None}
@@ -152,16 +154,27 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
         },
         "options": {
             "title": "Options",
-            "description": "Free-form step options.",
+            "description": "Step options; each known option is declared here and unknown keys are rejected.",
             "type": "object",
             "default": {},
-            "additionalProperties": True,
+            # Closed on purpose: a typo must fail validation, not be ignored. A step that needs a new
+            # option adds it here (type, title, description, default) and a MigrationSpec property.
+            "additionalProperties": False,
             "properties": {
                 "proceed_on_conflict": {
+                    "title": "Proceed on conflict",
                     "type": "boolean",
                     "default": False,
                     "description": "Continue when the target already holds a resource that differs from the "
                                    "source (the difference is reported, not overwritten).",
+                },
+                "admin_concurrency": {
+                    "title": "Admin concurrency",
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": ADMIN_CONCURRENCY_MAX,
+                    "default": ADMIN_CONCURRENCY_DEFAULT,
+                    "description": "Admin API calls in flight per Spark task.",
                 },
             },
         },
@@ -186,6 +199,11 @@ class TlsSpec:
         verify: bool | str = False if self.allow_insecure else (self.trust_certs_file or True)
         return TlsSettings(verify=verify, cert_file=self.cert_file, key_file=self.key_file)
 
+    def files(self) -> dict[str, str]:
+        """The file paths these settings name, by field (trust_certs_file, cert_file, key_file)."""
+        named = {"trust_certs_file": self.trust_certs_file, "cert_file": self.cert_file, "key_file": self.key_file}
+        return {name: path for name, path in named.items() if path}
+
     def to_dict(self) -> dict[str, Any]:
         return {"trust_certs_file": self.trust_certs_file, "allow_insecure": self.allow_insecure,
                 "cert_file": self.cert_file, "key_file": self.key_file}
@@ -207,6 +225,15 @@ class ClusterSpec:
         if not token:
             raise SpecError(f"spec: environment variable {self.token_env} (token for {self.name}) is not set")
         return token
+
+    def check_tls_files(self) -> None:
+        """SpecError naming the first TLS file this cluster names that is missing or unreadable here."""
+        for name, path in (self.tls.files() if self.tls else {}).items():
+            where = f"clusters.{self.name}.tls.{name}"
+            if not os.path.isfile(path):
+                raise SpecError(f"spec: {where} file {path} does not exist")
+            if not os.access(path, os.R_OK):
+                raise SpecError(f"spec: {where} file {path} is not readable")
 
     def admin(self, **kwargs: Any) -> PulsarAdmin:
         """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries)."""
@@ -278,6 +305,11 @@ class MigrationSpec:
     def proceed_on_conflict(self) -> bool:
         return bool(self.options.get("proceed_on_conflict", False))
 
+    @property
+    def admin_concurrency(self) -> int:
+        """Admin API calls in flight per Spark task (options.admin_concurrency, validated 1..64)."""
+        return int(self.options.get("admin_concurrency", ADMIN_CONCURRENCY_DEFAULT))
+
     def namespace_selected(self, namespace: str) -> bool:
         """Whether a namespace is migrated; takes the short name, or `tenant/ns` of this spec's tenant."""
         tenant, slash, short = namespace.rpartition("/")
@@ -296,10 +328,12 @@ class MigrationSpec:
         return token
 
     def check_environment(self) -> None:
-        """SpecError naming the first token variable that is referenced but unset."""
+        """SpecError naming the first token variable that is referenced but unset, or the first TLS file that
+        is missing or unreadable (run where the clients are built: the Spark driver)."""
         ordered = [self.source, self.target, *(n for n in self.clusters if n not in (self.source, self.target))]
         for name in ordered:
             self.clusters[name].token()
+            self.clusters[name].check_tls_files()
         self.lookup_token()
 
     # -- (de)serialisation -----------------------------------------------------------------------
@@ -469,6 +503,12 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if kind == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"spec: {where} must be one of {allowed}, got {error.instance!r}"
+    if kind in ("minimum", "maximum"):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and high is not None:
+            return f"spec: {where} must be between {low} and {high}, got {error.instance!r}"
+        bound = f"at least {low}" if kind == "minimum" else f"at most {high}"
+        return f"spec: {where} must be {bound}, got {error.instance!r}"
     if kind == "minLength":
         return f"spec: {where} must not be empty"
     if kind == "minItems" and where == "namespaces":
@@ -517,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("schema", help="print the spec's JSON schema")
     validate = commands.add_parser("validate", help="validate a spec file")
     validate.add_argument("file")
-    validate.add_argument("--check-env", action="store_true", help="also require every token variable to be set")
+    validate.add_argument("--check-env", action="store_true",
+                          help="also require every token variable to be set and every TLS file to be readable")
     args = parser.parse_args(argv)
 
     if args.command == "schema":

@@ -42,6 +42,7 @@ def test_every_param_has_title_and_description(dagbag: DagBag) -> None:
 def test_migration_dag_shape(dagbag: DagBag) -> None:
     dag = dagbag.dags["pulsar_tenant_migration"]
     assert not dag.timetable.can_be_scheduled and "migration" in dag.tags  # UI-triggered only
+    assert dag.max_active_runs == 1  # two runs must not race on a tenant's metadata
     assert set(dag.task_dict) == {"render_spec", "sync_metadata", "publish_sync_metadata_report"}
     assert dag.task_dict["sync_metadata"].upstream_task_ids == {"render_spec"}
     publish = dag.task_dict["publish_sync_metadata_report"]

@@ -77,45 +77,58 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         "extra": {"cluster_name": cluster_b.name, "service_url": cluster_b.service_url, "tls": None},
     }))
 
-    dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target"})
+    try:
+        dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target"})
 
-    assert dag_run.state == "success", states
-    assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success"}
-    source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
-    assert target == source
-    assert sorted(target["namespaces"]) == built["namespaces"]
+        assert dag_run.state == "success", states
+        assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success"}
+        source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
+        assert target == source
+        assert sorted(target["namespaces"]) == built["namespaces"]
 
-    rdir = run_dir_of(airflow_db, dag_run)
-    assert xcom(dag_run, "render_spec") == {"spec_path": str(rdir / "spec.json"), "run_dir": str(rdir)}
-    spec_text = (rdir / "spec.json").read_text()
-    spec = json.loads(spec_text)
-    assert (spec["tenant"], spec["source"], spec["target"]) == (tenant, cluster_a.name, cluster_b.name)
-    assert spec["clusters"][cluster_b.name]["token_env"] == token_env_name("pm_test_target")
-    assert spec["clusters"][cluster_a.name]["token_env"] is None  # its connection has no password
-    report_text = (rdir / "sync_metadata.json").read_text()
-    report = json.loads(report_text)
-    assert report["verdict"] == "ok" and report["tenant"] == tenant
+        rdir = run_dir_of(airflow_db, dag_run)
+        assert xcom(dag_run, "render_spec") == {"spec_path": str(rdir / "spec.json"), "run_dir": str(rdir)}
+        spec_text = (rdir / "spec.json").read_text()
+        spec = json.loads(spec_text)
+        assert (spec["tenant"], spec["source"], spec["target"]) == (tenant, cluster_a.name, cluster_b.name)
+        assert spec["clusters"][cluster_b.name]["token_env"] == token_env_name("pm_test_target")
+        assert spec["clusters"][cluster_a.name]["token_env"] is None  # its connection has no password
+        report_text = (rdir / "sync_metadata.json").read_text()
+        report = json.loads(report_text)
+        assert report["verdict"] == "ok" and report["tenant"] == tenant
 
-    published = xcom(dag_run, PUBLISH)
-    assert published["verdict"] == "ok" and published["dry_run"] is False
-    assert (published["step"], published["tenant"], published["source"], published["target"]) == (
-        "sync_metadata", tenant, cluster_a.name, cluster_b.name)
-    assert published["counts"] == report["counts"] and published["counts"]["apply_failed"] == 0
-    assert published["hashes"]["desired"] == published["hashes"]["target_actual"]
-    assert published["report"] == str(rdir / "sync_metadata.json")
-    assert published["plan"] == str(rdir / "sync_metadata_plan") and Path(published["plan"]).is_dir()
-    assert (published["conflict_count"], published["conflicts"]) == (0, [])
-    assert xcom(dag_run, "sync_metadata") == {"report": str(rdir / "sync_metadata.json")}
+        published = xcom(dag_run, PUBLISH)
+        assert published["verdict"] == "ok" and published["dry_run"] is False
+        assert (published["step"], published["tenant"], published["source"], published["target"]) == (
+            "sync_metadata", tenant, cluster_a.name, cluster_b.name)
+        assert published["counts"] == report["counts"] and published["counts"]["apply_failed"] == 0
+        assert published["hashes"]["desired"] == published["hashes"]["target_actual"]
+        assert published["report"] == str(rdir / "sync_metadata.json")
+        assert published["plan"] == str(rdir / "sync_metadata_plan") and Path(published["plan"]).is_dir()
+        assert (published["conflict_count"], published["conflicts"]) == (0, [])
+        assert xcom(dag_run, "sync_metadata") == {"report": str(rdir / "sync_metadata.json")}
 
-    rendered = rendered_fields(dag_run, "sync_metadata")
-    # Variables named after the trigger's connections; the arguments name the spec, not the token.
-    assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target")}
-    assert rendered["application_args"] == ["--spec", str(rdir / "spec.json"), "--run-dir", str(rdir)]
+        rendered = rendered_fields(dag_run, "sync_metadata")
+        # Variables named after the trigger's connections; the arguments name the spec, not the token.
+        assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target")}
+        assert rendered["application_args"] == ["--spec", str(rdir / "spec.json"), "--run-dir", str(rdir)]
 
-    out, err = capfd.readouterr()
-    for where, text in {"spec": spec_text, "report": report_text, "xcom": json.dumps(published),
-                        "rendered fields": json.dumps(rendered, default=str), "output": out + err}.items():
-        assert token not in text, f"token leaked into the {where}"
+        out, err = capfd.readouterr()
+        leaks = {"spec": spec_text, "report": report_text, "xcom": json.dumps(published),
+                 "rendered fields": json.dumps(rendered, default=str), "output": out + err}
+        # Copy mode registers each cluster in the other without credentials: the token must not end up
+        # in either cluster's configuration store (readable by any admin of that cluster).
+        for admin, other in ((admin_a, cluster_b), (admin_b, cluster_a)):
+            registration = admin.get(f"/clusters/{other.name}", expect_json=False).decode()
+            leaks[f"registration of {other.name} on {admin.name}"] = registration
+        for where, text in leaks.items():
+            assert token not in text, f"token leaked into the {where}"
+    finally:
+        # Whatever the run wrote, leave both clusters registered in each other without auth, as
+        # localdev.pulsar_local sets them up (POST replaces the whole registration).
+        for admin, other in ((admin_a, cluster_b), (admin_b, cluster_a)):
+            admin.post(f"/clusters/{other.name}", {"serviceUrl": other.admin_url,
+                                                     "brokerServiceUrl": other.service_url})
 
 
 def test_dry_run_plans_and_changes_nothing(

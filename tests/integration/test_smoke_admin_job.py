@@ -46,4 +46,4 @@ def test_token_variable_named_but_unset_fails_before_spark(tmp_path: Path) -> No
     proc = subprocess.run([str(venv_bin() / "python"), str(JOB), "--clusters", json.dumps(clusters)],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: a: environment variable PM_TEST_UNSET_TOKEN (its token) is not set"
+    assert proc.stderr.strip() == "error: spec: environment variable PM_TEST_UNSET_TOKEN (token for a) is not set"

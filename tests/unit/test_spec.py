@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -124,6 +125,18 @@ BAD_INPUTS: list[tuple[str, Mutation, str]] = [
      "pulsar+ssl://host:port"),
     ("known option of wrong type", _set("options/proceed_on_conflict", "yes"),
      "spec: options.proceed_on_conflict must be boolean, got string"),
+    ("unknown option (typo)", _set("options/proceed_on_conflicts", True),
+     "spec: unknown field 'proceed_on_conflicts' in options"),
+    ("admin_concurrency not a number", _set("options/admin_concurrency", "eight"),
+     "spec: options.admin_concurrency must be integer, got string"),
+    ("admin_concurrency a boolean", _set("options/admin_concurrency", True),
+     "spec: options.admin_concurrency must be integer, got boolean"),
+    ("admin_concurrency fractional", _set("options/admin_concurrency", 2.5),
+     "spec: options.admin_concurrency must be integer, got number"),
+    ("admin_concurrency too low", _set("options/admin_concurrency", 0),
+     "spec: options.admin_concurrency must be between 1 and 64, got 0"),
+    ("admin_concurrency too high", _set("options/admin_concurrency", 65),
+     "spec: options.admin_concurrency must be between 1 and 64, got 65"),
 ]
 
 
@@ -143,10 +156,21 @@ def test_token_pasted_into_token_env_is_rejected_without_echoing_it(spec_dict: d
     assert str(caught.value).startswith("spec: clusters.cluster-b.token_env must be the name of an environment")
 
 
-def test_options_stay_free_form(spec_dict: dict[str, Any]) -> None:
-    spec_dict["options"] = {"proceed_on_conflict": True, "batch_size": 500, "anything": {"nested": [1]}}
+def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
+    declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
+    assert set(declared) == {"proceed_on_conflict", "admin_concurrency"}
+    for name, option in declared.items():
+        assert option["type"] and option["title"] and option["description"] and "default" in option, name
+    spec_dict["options"] = {}
     spec = MigrationSpec.from_dict(spec_dict)
-    assert spec.proceed_on_conflict is True and spec.options["batch_size"] == 500
+    assert (spec.proceed_on_conflict, spec.admin_concurrency) == (declared["proceed_on_conflict"]["default"],
+                                                                 declared["admin_concurrency"]["default"])
+    assert spec.admin_concurrency == 8
+    for value in (1, 16, 64):
+        spec_dict["options"] = {"proceed_on_conflict": True, "admin_concurrency": value}
+        spec = MigrationSpec.from_dict(spec_dict)
+        assert spec.proceed_on_conflict is True and spec.admin_concurrency == value
+        assert isinstance(spec.admin_concurrency, int)
 
 
 def test_missing_token_variable(spec_dict: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,6 +199,52 @@ def test_token_comes_from_the_environment(spec_dict: dict[str, Any], monkeypatch
     finally:
         admin.close()
     assert "t0k3n" not in spec.to_json()
+
+
+def test_check_environment_requires_readable_tls_files(spec_dict: dict[str, Any], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTER_B_TOKEN", "t")
+    ca, cert, key = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    for f in (ca, cert, key):
+        f.write_text("PEM\n", encoding="utf-8")
+    spec_dict["clusters"]["cluster-b"]["tls"] = {"trust_certs_file": str(ca), "cert_file": str(cert),
+                                                 "key_file": str(key)}
+    MigrationSpec.from_dict(spec_dict).check_environment()  # all present
+
+    for field_name, path in (("trust_certs_file", ca), ("cert_file", cert), ("key_file", key)):
+        path.unlink()
+        with pytest.raises(SpecError) as caught:
+            MigrationSpec.from_dict(spec_dict).check_environment()
+        assert str(caught.value) == f"spec: clusters.cluster-b.tls.{field_name} file {path} does not exist"
+        path.write_text("PEM\n", encoding="utf-8")
+
+    spec_dict["clusters"]["cluster-a"]["tls"] = {"trust_certs_file": str(tmp_path)}  # a directory is no file
+    with pytest.raises(SpecError, match=r"^spec: clusters\.cluster-a\.tls\.trust_certs_file file .* does not exist$"):
+        MigrationSpec.from_dict(spec_dict).check_environment()
+    spec_dict["clusters"]["cluster-a"]["tls"] = {"allow_insecure": True}  # names no file: nothing to check
+    spec = MigrationSpec.from_dict(spec_dict)
+    spec.check_environment()
+
+    # Unreadable (as root every file is readable, so the permission answer is simulated).
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(key) else real_access(p, mode))
+    with pytest.raises(SpecError) as caught:
+        spec.check_environment()
+    assert str(caught.value) == f"spec: clusters.cluster-b.tls.key_file file {key} is not readable"
+
+
+def test_cli_check_env_reports_a_missing_tls_file(spec_dict: dict[str, Any], write_spec: Callable[..., str],
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CLUSTER_B_TOKEN", "t")
+    missing = tmp_path / "nope-ca.pem"
+    spec_dict["clusters"]["cluster-a"]["tls"] = {"trust_certs_file": str(missing)}
+    path = write_spec(spec_dict)
+    assert main(["validate", path]) == 0  # the schema alone does not look at files
+    capsys.readouterr()
+    assert main(["validate", "--check-env", path]) == 2
+    expected = f"error: spec: clusters.cluster-a.tls.trust_certs_file file {missing} does not exist\n"
+    assert capsys.readouterr().err == expected
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -242,14 +312,12 @@ def _objects(schema: Any, where: str = "") -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def test_schema_is_valid_and_closed_except_options() -> None:
+def test_schema_is_valid_and_closed() -> None:
     jsonschema.Draft202012Validator.check_schema(SPEC_JSON_SCHEMA)
     objects = _objects(SPEC_JSON_SCHEMA)
     assert len(objects) >= 7
     for where, schema in objects:
-        if where == "/properties/options":
-            assert schema["additionalProperties"] is True
-        elif where == "/properties/clusters":  # cluster names are the keys; each value is a closed object
+        if where == "/properties/clusters":  # cluster names are the keys; each value is a closed object
             assert schema["additionalProperties"]["additionalProperties"] is False
         else:
             assert schema["additionalProperties"] is False, where
