@@ -68,8 +68,11 @@ with DAG(
         "dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
                          description="Plan and report only; no cluster is changed."),
         "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
-                                     description="Go on when the target already holds a resource that differs "
-                                                 "from the source (reported, never overwritten)."),
+                                     description="Go on when the target holds a resource that cannot take the "
+                                                 "source's shape (more partitions, partitioned vs non-partitioned, "
+                                                 "a different schema history): it is reported and left as it is, "
+                                                 "everything else is synced. Differing policies are not "
+                                                 "conflicts: they are set to the source's values."),
     },
     user_defined_macros=dag_support.macros(PROJECT_ROOT),
     # One run at a time: two runs (e.g. of the same tenant) would race on the target's metadata.

@@ -8,6 +8,7 @@ process and are never logged.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -162,11 +163,16 @@ class PulsarAdmin:
         return "updated"
 
 
+# A proxy or gateway may echo a request body (e.g. a cluster registration with auth parameters) into its
+# error page; error reasons travel into reports and logs, so anything token-like is masked.
+_SECRET_PATTERN = re.compile(r"(token:|Bearer\s+|authenticationParameters\W+)[^\s\"',}]+", re.IGNORECASE)
+
+
 def _reason(resp: requests.Response) -> str:
     try:
         body = resp.json()
         if isinstance(body, dict) and "reason" in body:
-            return str(body["reason"])
+            return _SECRET_PATTERN.sub(r"\1***", str(body["reason"]))
     except ValueError:
         pass
-    return (resp.text or resp.reason or "").strip()[:300]
+    return _SECRET_PATTERN.sub(r"\1***", (resp.text or resp.reason or "").strip()[:300])

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 STEP = "sync_metadata"
 PLAN_DATASET = "sync_metadata_plan"
-DEFAULT_CONCURRENCY = 8
 CONFLICT_DETAIL_LIMIT = 100
 VERIFY_ATTEMPTS = 4
 VERIFY_RETRY_DELAY_S = 2.0
@@ -33,7 +32,7 @@ VERIFY_RETRY_DELAY_S = 2.0
 
 def run(ctx: StepContext) -> None:
     spec, report, spark = ctx.spec, ctx.report, ctx.spark
-    concurrency = int(spec.options.get("admin_concurrency", DEFAULT_CONCURRENCY))
+    concurrency = spec.admin_concurrency
     clusters = Clusters.open(spec)
     try:
         started = time.monotonic()
