@@ -45,3 +45,23 @@ def test_topic_policies_are_read_only_where_change_events_has_events(
         assert admin.paths == [f"{BASE}/__change_events/internalStats"]
     else:
         assert admin.paths == []
+
+
+def test_topic_grants_come_only_from_persistent_topics() -> None:
+    from pulsar_migration.metadata import resources as r
+    from pulsar_migration.metadata.inventory import NamespaceLayout, TenantLayout, TopicRef, layout_resources
+    from pulsar_migration.spec import MigrationSpec
+
+    spec = MigrationSpec.from_dict({
+        "tenant": "t", "source": "a", "target": "b",
+        "clusters": {"a": {"admin_url": "http://a:1", "service_url": "pulsar://a:2"},
+                     "b": {"admin_url": "http://b:1", "service_url": "pulsar://b:2"}}})
+    policies = {"auth_policies": {"destination_auth": {
+        "persistent://t/ns/x": {"reader": ["consume"]},
+        "non-persistent://t/ns/x": {"reader": ["produce", "consume"], "other": ["produce"]},
+    }}}
+    namespace = NamespaceLayout("ns", policies, [TopicRef("ns", "x", False, False)])
+    layout = TenantLayout({"adminRoles": []}, {"ns": namespace})
+    grants = [(row.key, row.payload) for row in layout_resources(layout, spec, r.TARGET, "a")
+              if row.kind == r.TOPIC_PERMISSION]
+    assert grants == [("ns/x|reader", r.canonical(["consume"]))]

@@ -203,8 +203,10 @@ def layout_resources(layout: TenantLayout, spec: MigrationSpec, side: str, own_c
         for sub, roles in sorted((auth.get("subscription_auth_roles") or {}).items()):
             rows.append(r.Resource.of(side, r.SUBSCRIPTION_PERMISSION, r.child_key(ns, sub), ns, sorted(roles)))
         for topic_uri, grants in sorted((auth.get("destination_auth") or {}).items()):
-            local = topic_uri.split("://", 1)[-1].split("/", 1)[1]
-            if local not in selected_topics:
+            domain, _, path = topic_uri.partition("://")
+            local = path.split("/", 1)[1]
+            # Only persistent topics are synced; a non-persistent grant must not land on a same-named one.
+            if domain != "persistent" or local not in selected_topics:
                 continue
             for role, actions in sorted(grants.items()):
                 rows.append(r.Resource.of(side, r.TOPIC_PERMISSION, r.child_key(local, role), ns, sorted(actions)))
