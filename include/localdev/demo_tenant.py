@@ -68,6 +68,7 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
             admin.put(f"{path}/partitions", partitions)
         else:
             admin.put(path)
+    admin.put(f"/non-persistent/{tenant}/audit/live-metrics/partitions", 2)  # partition metadata persists
     subscriptions = {
         "orders/created": {"settlement": {"owner": "payments"}, "analytics": {}},
         "orders/dlq": {"replayer": {}},

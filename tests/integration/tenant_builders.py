@@ -36,6 +36,9 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
             "topic_auth": {k.split("/", 3)[-1]: {r: sorted(a) for r, a in v.items()}
                            for k, v in auth["destination_auth"].items()},
             "topics": {},
+            "non_persistent_partitions": {
+                t.rsplit("/", 1)[1]: admin.get(f"/non-persistent/{tenant}/{ns}/{t.rsplit('/', 1)[1]}/partitions")[
+                    "partitions"] for t in admin.get(f"/non-persistent/{tenant}/{ns}/partitioned")},
         }
         partitioned = {t.rsplit("/", 1)[1] for t in admin.get(f"/persistent/{tenant}/{ns}/partitioned")}
         every = {t.rsplit("/", 1)[1] for t in admin.get(f"/persistent/{tenant}/{ns}")}

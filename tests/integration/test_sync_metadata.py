@@ -62,10 +62,12 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
         assert set(admin.get(f"/tenants/{tenant}")["allowedClusters"]) == {cluster_a.name, cluster_b.name}
     first = report(tmp_path / "run1")
     assert first["verdict"] == "ok"
-    # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 2 topic grants
-    # + 2 topic-policy sets + 2 schemas + 5 subscriptions; the source tenant gains cluster-b (UPDATE).
-    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (25, 1)
-    assert first["counts"]["applied"] == 26 and first["counts"]["apply_failed"] == 0
+    # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 1 partitioned
+    # non-persistent topic + 2 topic grants + 2 topic-policy sets + 2 schemas + 5 subscriptions;
+    # the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (26, 1)
+    assert first["counts"]["applied"] == 27 and first["counts"]["apply_failed"] == 0
+    assert target["namespaces"]["audit"]["non_persistent_partitions"] == {"live-metrics": 2}
     assert first["hashes"]["desired"] == first["hashes"]["target_actual"]
 
     assert sync(spec, tmp_path / "run2") == 0
@@ -88,6 +90,9 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
             path = f"/persistent/{tenant}/ns/{topic}"
             admin.put(f"{path}/partitions", partitions) if partitions else admin.put(path)
     admin_a.put(f"/persistent/{tenant}/ns/more/subscription/late", {"ledgerId": -1, "entryId": -1})
+    for admin, grow, shrink in ((admin_a, 4, 2), (admin_b, 2, 4)):  # non-persistent: grow one, never shrink one
+        admin.put(f"/non-persistent/{tenant}/ns/np-fewer/partitions", grow)
+        admin.put(f"/non-persistent/{tenant}/ns/np-more/partitions", shrink)
     for admin, schema in ((admin_a, AVRO_ORDER), (admin_b, AVRO_ORDER_V2)):  # histories diverge at version 0
         admin.put(f"/persistent/{tenant}/ns/schemad")
         admin.post(f"/schemas/{tenant}/ns/schemad/schema", {"type": "AVRO", "schema": schema, "properties": {}})
@@ -95,7 +100,8 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     before = snapshot(admin_b, tenant)
 
     assert sync(spec, tmp_path / "run1") == 1
-    assert "5 conflict(s)" in error_line(capsys)  # 3 topics + 1 subscription under one + 1 schema history
+    # 3 topics + 1 subscription under one + 1 schema history + 1 non-persistent topic
+    assert "6 conflict(s)" in error_line(capsys)
     plan = plan_rows(spark, tmp_path / "run1")
     assert plan[("topic", "ns/fewer")][0] == "UPDATE"
     assert plan[("topic", "ns/more")] == ("CONFLICT", "target has more partitions (5) than the source (2); "
@@ -103,6 +109,8 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     assert plan[("topic", "ns/typed")][0] == "CONFLICT" and "non-partitioned on the target" in plan[
         ("topic", "ns/typed")][1]
     assert plan[("topic", "ns/plain")][0] == "CONFLICT"
+    assert plan[("non_persistent_topic", "ns/np-fewer")] == ("UPDATE", "grow partitions 2 -> 4")
+    assert plan[("non_persistent_topic", "ns/np-more")][0] == "CONFLICT"
     assert plan[("subscription", "ns/more|late")][0] == "CONFLICT"
     assert plan[("schema", "ns/schemad")] == ("CONFLICT", "schema version 0 differs (1 version(s) on the source, "
                                                           "1 on the target)")
@@ -116,6 +124,8 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
                                                                "schemad": 0}
     assert after["more"]["subscriptions"] == {}
     assert after["schemad"]["schemas"] == before["namespaces"]["ns"]["topics"]["schemad"]["schemas"]
+    assert snapshot(admin_b, tenant)["namespaces"]["ns"]["non_persistent_partitions"] == {"np-fewer": 4,
+                                                                                          "np-more": 4}
 
 
 def test_dry_run_writes_a_plan_and_changes_nothing(

@@ -34,6 +34,12 @@ def test_topic_rules_follow_pip370(want: int, have: int, action: str, reason_par
         assert decision.change is None
 
 
+def test_non_persistent_partitioned_topics_follow_the_same_rules() -> None:
+    assert decide(r.NON_PERSISTENT_TOPIC, j({"partitions": 4}), j({"partitions": 2})).action == UPDATE
+    assert decide(r.NON_PERSISTENT_TOPIC, j({"partitions": 2}), j({"partitions": 4})).action == CONFLICT
+    assert decide(r.NON_PERSISTENT_TOPIC, j({"partitions": 2}), None).action == CREATE
+
+
 def test_absent_is_create_and_target_only_is_left_alone() -> None:
     assert decide(r.TOPIC, j({"partitions": 2}), None).action == CREATE
     created = decide(r.SCHEMA, j({"versions": [{"type": "AVRO"}]}), None)

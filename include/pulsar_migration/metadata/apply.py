@@ -124,6 +124,11 @@ class ChangeApplier:
         else:  # grow only: plan never emits UPDATE for a shrink or a retype
             admin.post(f"{path}/partitions", partitions)
 
+    def _apply_non_persistent_topic(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
+        ns, topic = c.key.split("/", 1)
+        path = f"/non-persistent/{self.tenant}/{seg(ns)}/{seg(topic)}/partitions"
+        admin.put(path, body["partitions"]) if c.action == CREATE else admin.post(path, body["partitions"])
+
     def _apply_topic_permission(self, admin: PulsarAdmin, c: Change, actions: list[str]) -> None:
         topic_local, role = r.split_child_key(c.key)
         admin.post(f"{self._topic_path(topic_local)}/permissions/{seg(role)}", actions)

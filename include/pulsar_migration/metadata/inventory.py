@@ -43,6 +43,7 @@ class NamespaceLayout:
     name: str
     policies: dict[str, Any]
     topics: list[TopicRef] = field(default_factory=list)
+    non_persistent_partitions: dict[str, int] = field(default_factory=dict)  # partitioned ones only
 
 
 @dataclass
@@ -133,6 +134,11 @@ def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> Namespa
             continue
         if spec.topics.selects(r.topic_key(ns, topic)):
             layout.topics.append(TopicRef(ns, topic, False, has_topic_policies))
+    non_persistent = f"/non-persistent/{seg(spec.tenant)}/{seg(ns)}"
+    for topic in (_short(t) for t in admin.get(f"{non_persistent}/partitioned")):
+        if not r.is_system_topic(topic) and spec.topics.selects(r.topic_key(ns, topic)):
+            layout.non_persistent_partitions[topic] = admin.get(f"{non_persistent}/{seg(topic)}/partitions")[
+                "partitions"]
     return layout
 
 
@@ -197,6 +203,9 @@ def layout_resources(layout: TenantLayout, spec: MigrationSpec, side: str, own_c
             "policies": namespace_policies(policies, own_cluster, spec.target),
             "numBundles": (policies.get("bundles") or {}).get("numBundles"),
         }))
+        for topic, partitions in sorted(ns_layout.non_persistent_partitions.items()):
+            rows.append(r.Resource.of(side, r.NON_PERSISTENT_TOPIC, r.topic_key(ns, topic), ns,
+                                      {"partitions": partitions}))
         auth = policies.get("auth_policies") or {}
         for role, actions in sorted((auth.get("namespace_auth") or {}).items()):
             rows.append(r.Resource.of(side, r.NAMESPACE_PERMISSION, r.child_key(ns, role), ns, sorted(actions)))

@@ -56,7 +56,7 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
     if actual_json is None:
         return Decision(CREATE, "absent", desired_json)
     actual = json.loads(actual_json)
-    if kind == r.TOPIC:
+    if kind in (r.TOPIC, r.NON_PERSISTENT_TOPIC):
         return _decide_topic(desired["partitions"], actual["partitions"])
     if kind == r.TENANT:
         return _decide_tenant(desired, actual)

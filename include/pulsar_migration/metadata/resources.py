@@ -21,6 +21,10 @@ NAMESPACE = "namespace"
 NAMESPACE_PERMISSION = "namespace_permission"
 SUBSCRIPTION_PERMISSION = "subscription_permission"
 TOPIC = "topic"
+# Partitioned non-persistent topics: only their partition metadata persists (their messages and
+# subscriptions live in broker memory), but without it clients would get auto-created non-partitioned
+# topics on the target.
+NON_PERSISTENT_TOPIC = "non_persistent_topic"
 TOPIC_PERMISSION = "topic_permission"
 TOPIC_POLICIES = "topic_policies"
 SCHEMA = "schema"
@@ -31,7 +35,7 @@ APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (CLUSTER,),
     (TENANT,),
     (NAMESPACE,),
-    (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC),
+    (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC, NON_PERSISTENT_TOPIC),
     (TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA),
     (SUBSCRIPTION,),
 )
