@@ -25,7 +25,7 @@ from pathlib import Path
 import requests
 
 from localdev.paths import PROJECT_ROOT, var_dir
-from localdev.processes import alive, port_in_use, read_live_pid, signal_group, signal_process
+from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group, signal_process
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +170,7 @@ def _marked_pids(home: Path) -> list[int]:
 
 
 def log_tail(home: Path | None = None, lines: int = 40) -> str:
-    path = _log_file(Path(home or airflow_home()))
-    if path.is_file() and path.stat().st_size:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    return f"(no log at {path})"
+    return file_tail(_log_file(Path(home or airflow_home())), lines=lines)
 
 
 def health(port: int | None = None, timeout_s: float = 3.0) -> dict[str, str] | None:

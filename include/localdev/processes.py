@@ -50,3 +50,11 @@ def signal_process(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def file_tail(*candidates: Path, lines: int = 40) -> str:
+    """The last `lines` lines of the first non-empty file among `candidates` (for start-up failures)."""
+    for path in candidates:
+        if path.is_file() and path.stat().st_size:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return f"(no log at {candidates[0]})"

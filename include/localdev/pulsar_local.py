@@ -26,7 +26,7 @@ from pathlib import Path
 from pulsar_migration.admin import PulsarAdmin
 
 from localdev.paths import var_dir
-from localdev.processes import alive, port_in_use, read_live_pid, signal_group
+from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group
 from localdev.pulsar_dist import DistributionError, ensure_distribution
 
 log = logging.getLogger(__name__)
@@ -113,10 +113,7 @@ def _read_pid(cluster: LocalCluster) -> int | None:
 
 
 def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
-    for path in (cluster.broker_log, cluster.log_dir / "stdout.log"):
-        if path.is_file() and path.stat().st_size:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    return f"(no log at {cluster.broker_log})"
+    return file_tail(cluster.broker_log, cluster.log_dir / "stdout.log", lines=lines)
 
 
 # -- configuration -----------------------------------------------------------------------------------

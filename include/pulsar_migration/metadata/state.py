@@ -25,7 +25,7 @@ from pulsar_migration.metadata.inventory import (
     tenant_row,
 )
 from pulsar_migration.metadata.plan import RESOURCE_SCHEMA
-from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.spec import ClusterSpec, MigrationSpec
 
 
 @dataclass
@@ -72,20 +72,21 @@ def _frame(spark: SparkSession, rows: list[r.Resource]) -> DataFrame:
     return spark.createDataFrame([row.as_tuple() for row in rows], RESOURCE_SCHEMA)
 
 
+def _registration(spec: MigrationSpec, peer: ClusterSpec) -> dict[str, Any]:
+    """What the other side must hold about `peer` (auth only for geo mode's broker-to-broker links)."""
+    return registration_payload(peer, with_auth=spec.replication_mode == "geo")
+
+
 def desired_state(spark: SparkSession, spec: MigrationSpec, source: TenantLayout, concurrency: int) -> DataFrame:
     """What both clusters must hold when metadata sync is done, derived from the source tenant."""
-    src, tgt = spec.source_cluster, spec.target_cluster
     both = sorted({spec.source, spec.target})
     info = source.tenant_info or {}
-    geo = spec.replication_mode == "geo"
     rows = [
-        r.Resource.of(r.SOURCE, r.CLUSTER, spec.target, "", registration_payload(tgt, with_auth=geo)),
-        r.Resource.of(r.TARGET, r.CLUSTER, spec.source, "", registration_payload(src, with_auth=geo)),
+        r.Resource.of(r.SOURCE, r.CLUSTER, spec.target, "", _registration(spec, spec.target_cluster)),
+        r.Resource.of(r.TARGET, r.CLUSTER, spec.source, "", _registration(spec, spec.source_cluster)),
         # The source tenant must allow the target before any namespace can replicate there.
         r.Resource.of(r.SOURCE, r.TENANT, spec.tenant, "", {"allowedClusters": both}),
-        r.Resource.of(r.TARGET, r.TENANT, spec.tenant, "", {
-            "adminRoles": sorted(info.get("adminRoles") or []), "allowedClusters": both,
-        }),
+        tenant_row(r.TARGET, spec.tenant, {"adminRoles": info.get("adminRoles"), "allowedClusters": both}),
         *layout_resources(source, spec, r.TARGET, own_cluster=spec.source),
     ]
     return _frame(spark, rows).unionByName(
@@ -99,10 +100,9 @@ def actual_state(spark: SparkSession, spec: MigrationSpec, clusters: Clusters, d
     target = read_layout(clusters.target, spec, must_exist=False)
     source_tenant = clusters.source.get(f"/tenants/{seg(spec.tenant)}")
     rows: list[r.Resource] = []
-    geo = spec.replication_mode == "geo"
     for side, admin, peer in ((r.SOURCE, clusters.source, spec.target_cluster),
                               (r.TARGET, clusters.target, spec.source_cluster)):
-        registration = read_registration(admin, peer.name, registration_payload(peer, with_auth=geo).keys())
+        registration = read_registration(admin, peer.name, _registration(spec, peer).keys())
         if registration is not None:
             rows.append(r.Resource.of(side, r.CLUSTER, peer.name, "", registration))
     for row in (tenant_row(r.SOURCE, spec.tenant, source_tenant),
