@@ -87,8 +87,10 @@ class PulsarAdmin:
     # -- transport -------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None,
-                expect_json: bool = True, retry: bool = True) -> Any:
-        """Calls `/admin/v2{path}` (or `path` itself when it starts with `/admin` or `/lookup`)."""
+                expect_json: bool = True, retry: bool = True, raw_response: bool = False) -> Any:
+        """Calls `/admin/v2{path}` (or `path` itself when it starts with `/admin` or `/lookup`).
+
+        `raw_response` returns the successful `requests.Response` itself (for headers)."""
         url = self.admin_url + (path if path.startswith(("/admin", "/lookup")) else f"/admin/v2{path}")
         attempts = self.retries + 1 if retry else 1
         last_error: Exception | None = None
@@ -106,6 +108,8 @@ class PulsarAdmin:
             if resp.status_code in RETRYABLE_STATUS and attempt + 1 < attempts:
                 time.sleep(min(0.25 * 2**attempt, 4.0))
                 continue
+            if raw_response and resp.status_code < 300:
+                return resp
             return self._result(method, path, resp, expect_json)
         raise ClusterUnreachable(f"cluster {self.name}: {last_error}", None, path)  # pragma: no cover
 
@@ -134,6 +138,20 @@ class PulsarAdmin:
 
     def delete(self, path: str, **kwargs: Any) -> Any:
         return self.request("DELETE", path, **kwargs)
+
+    def topic_path(self, topic: str) -> str:
+        """`persistent://t/ns/name` -> `/persistent/t/ns/name` with each segment quoted."""
+        domain, _, rest = topic.partition("://")
+        return "/" + "/".join([domain, *(seg(part) for part in rest.split("/", 2))])
+
+    def last_message_id(self, topic: str) -> dict[str, Any]:
+        """`{ledgerId, entryId, batchIndex, ...}` of the topic's last message (entryId -1: none yet)."""
+        return dict(self.get(f"{self.topic_path(topic)}/lastMessageId"))
+
+    def entry_headers(self, topic: str, ledger: int, entry: int) -> dict[str, str]:
+        """The `X-Pulsar-*` metadata headers of one stored entry (one broker read of the entry)."""
+        resp = self.request("GET", f"{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}", raw_response=True)
+        return {k: v for k, v in resp.headers.items() if k.lower().startswith("x-pulsar-")}
 
     # -- clusters --------------------------------------------------------------------------------
 

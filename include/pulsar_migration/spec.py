@@ -41,6 +41,8 @@ ENV_VAR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 REPLICATION_MODES = ("copy", "geo")
 ADMIN_CONCURRENCY_DEFAULT = 8
 ADMIN_CONCURRENCY_MAX = 64
+COPY_MAX_IN_FLIGHT_DEFAULT = 5000
+GEO_TIMEOUT_DEFAULT_S = 600
 
 _NAME_RULE = "letters, digits and - = : . _ only"
 _NULLABLE_PATH = {"type": ["string", "null"], "minLength": 1, "default": None}
@@ -176,6 +178,31 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                     "default": ADMIN_CONCURRENCY_DEFAULT,
                     "description": "Admin API calls in flight per Spark task.",
                 },
+                "copy_max_in_flight": {
+                    "title": "Messages in flight per partition",
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1_000_000,
+                    "default": COPY_MAX_IN_FLIGHT_DEFAULT,
+                    "description": "Copy mode: messages sent to a target partition and not yet acknowledged.",
+                },
+                "delayed_delivery_horizon_s": {
+                    "title": "Delayed-delivery horizon (s)",
+                    "type": "integer",
+                    "minimum": -1,
+                    "default": -1,
+                    "description": "Copy mode: the Python client cannot read a message's delivery time, so unbatched "
+                                   "entries published within this many seconds are looked up one by one through "
+                                   "the admin API to keep it. -1 = every unbatched entry (exact, slower); "
+                                   "0 = never (delayed messages become due at once on the target).",
+                },
+                "geo_timeout_s": {
+                    "title": "Geo-replication timeout (s)",
+                    "type": "integer",
+                    "minimum": 1,
+                    "default": GEO_TIMEOUT_DEFAULT_S,
+                    "description": "Geo mode: how long to wait for every partition's replication backlog to drain.",
+                },
             },
         },
     },
@@ -245,6 +272,9 @@ class ClusterSpec:
         import pulsar  # deferred: the C++ client is only needed by steps that move messages
 
         token = self.token()
+        # The client's own INFO log is per connection and per producer; a Python logger here could
+        # deadlock (the C++ log thread needs the GIL while a blocking call holds it).
+        kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         if token:
             kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))
         if self.tls:
@@ -309,6 +339,18 @@ class MigrationSpec:
     def admin_concurrency(self) -> int:
         """Admin API calls in flight per Spark task (options.admin_concurrency, validated 1..64)."""
         return int(self.options.get("admin_concurrency", ADMIN_CONCURRENCY_DEFAULT))
+
+    @property
+    def copy_max_in_flight(self) -> int:
+        return int(self.options.get("copy_max_in_flight", COPY_MAX_IN_FLIGHT_DEFAULT))
+
+    @property
+    def delayed_delivery_horizon_s(self) -> int:
+        return int(self.options.get("delayed_delivery_horizon_s", -1))
+
+    @property
+    def geo_timeout_s(self) -> int:
+        return int(self.options.get("geo_timeout_s", GEO_TIMEOUT_DEFAULT_S))
 
     def namespace_selected(self, namespace: str) -> bool:
         """Whether a namespace is migrated; takes the short name, or `tenant/ns` of this spec's tenant."""

@@ -1,0 +1,178 @@
+"""Message ids and positions: what the broker calls ledger:entry, what clients add (batch index, batch
+size, chunks), and the encodings this project derives from them (sequence ids, source tags).
+
+The broker tracks acknowledgements per entry; a batch is one entry holding `batch_size` messages.
+The Python client hides the batch size and the first chunk of a chunked message, but both are in the
+protobuf `MessageIdData` that `MessageId.serialize()` returns, parsed here without a protobuf library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Any
+
+# Sequence ids pack (ledger, entry) into one increasing 63-bit number: 24 bits of entry id (brokers roll
+# ledgers far earlier: managedLedgerMaxEntriesPerLedger defaults to 50,000) and 39 bits of ledger id.
+ENTRY_BITS = 24
+LEDGER_BITS = 39
+MAX_ENTRY = (1 << ENTRY_BITS) - 1
+MAX_LEDGER = (1 << LEDGER_BITS) - 1
+
+
+class PositionError(ValueError):
+    """A position or message id that cannot be parsed or encoded."""
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Position:
+    """An entry of a managed ledger: `ledger:entry`. Entry -1 means "before the ledger's first entry"."""
+
+    ledger: int
+    entry: int
+
+    def __lt__(self, other: Position) -> bool:
+        return (self.ledger, self.entry) < (other.ledger, other.entry)
+
+    def __str__(self) -> str:
+        return f"{self.ledger}:{self.entry}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        try:
+            ledger, entry = text.strip().split(":")
+            return cls(int(ledger), int(entry))
+        except ValueError:
+            raise PositionError(f"not a position (ledger:entry): {text!r}") from None
+
+
+@dataclass(frozen=True)
+class MessageIdInfo:
+    """Everything a serialized `MessageIdData` holds (batch_index -1 = unbatched; batch_size 0 = unknown
+    or unbatched; first_chunk set only for a chunked message, whose ledger/entry are its last chunk's)."""
+
+    ledger: int
+    entry: int
+    partition: int = -1
+    batch_index: int = -1
+    batch_size: int = 0
+    first_chunk: Position | None = None
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger, self.entry)
+
+    @property
+    def batched(self) -> bool:
+        return self.batch_index >= 0
+
+    @property
+    def messages_in_entry(self) -> int:
+        """How many messages the entry holds (1 for an unbatched message or a chunk)."""
+        return max(self.batch_size, 1) if self.batched else 1
+
+    @property
+    def last_in_entry(self) -> bool:
+        return not self.batched or self.batch_index >= self.batch_size - 1
+
+    @classmethod
+    def of(cls, message_id: Any) -> MessageIdInfo:
+        """From a pulsar.MessageId (received or returned by a send receipt)."""
+        return parse_message_id_data(message_id.serialize())
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise PositionError("truncated varint in MessageIdData")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise PositionError("varint too long in MessageIdData")
+
+
+def _signed(value: int) -> int:
+    """Protobuf int64/int32 fields encode negatives as 64-bit two's complement."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def parse_message_id_data(data: bytes) -> MessageIdInfo:
+    """Parses protobuf MessageIdData: 1 ledgerId, 2 entryId, 3 partition, 4 batch_index, 6 batch_size,
+    7 first_chunk_message_id (nested); others (ack_set, topic) are skipped."""
+    fields: dict[int, int] = {}
+    first_chunk: Position | None = None
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            fields[number] = _signed(value)
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            chunk = data[pos:pos + length]
+            pos += length
+            if number == 7:
+                first = parse_message_id_data(chunk)
+                first_chunk = first.position
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise PositionError(f"unsupported wire type {wire} in MessageIdData")
+    if 1 not in fields or 2 not in fields:
+        raise PositionError("MessageIdData without ledgerId/entryId")
+    return MessageIdInfo(ledger=fields[1], entry=fields[2], partition=fields.get(3, -1),
+                         batch_index=fields.get(4, -1), batch_size=fields.get(6, 0), first_chunk=first_chunk)
+
+
+def sequence_id(position: Position) -> int:
+    """The target sequence id of every message copied from a source entry: increasing with the position,
+    never 0 (the Python client ignores a 0 sequence id)."""
+    if not 0 <= position.entry <= MAX_ENTRY or not 0 <= position.ledger <= MAX_LEDGER:
+        raise PositionError(f"position {position} is outside the sequence-id encoding "
+                            f"(ledger < 2^{LEDGER_BITS}, entry < 2^{ENTRY_BITS})")
+    return ((position.ledger << ENTRY_BITS) | position.entry) + 1
+
+
+def position_of_sequence_id(seq: int) -> Position:
+    value = seq - 1
+    return Position(value >> ENTRY_BITS, value & MAX_ENTRY)
+
+
+@dataclass(frozen=True)
+class SourceTag:
+    """Where a copied message came from, carried on the copy as a property: `ledger:entry:index:size`
+    (index -1 and size 0 for an unbatched message; for a chunked message the last chunk's entry, and
+    `first` holds the first chunk's)."""
+
+    position: Position
+    batch_index: int
+    batch_size: int
+    first_chunk: Position | None = None
+
+    def encode(self) -> str:
+        text = f"{self.position}:{self.batch_index}:{self.batch_size}"
+        return f"{text}:{self.first_chunk}" if self.first_chunk else text
+
+    @classmethod
+    def decode(cls, text: str) -> SourceTag:
+        parts = text.split(":")
+        try:
+            if len(parts) not in (4, 6):
+                raise ValueError
+            first = Position(int(parts[4]), int(parts[5])) if len(parts) == 6 else None
+            return cls(Position(int(parts[0]), int(parts[1])), int(parts[2]), int(parts[3]), first)
+        except ValueError:
+            raise PositionError(f"not a source tag (ledger:entry:index:size[:ledger:entry]): {text!r}") from None
+
+    @classmethod
+    def of(cls, info: MessageIdInfo) -> SourceTag:
+        return cls(info.position, info.batch_index, info.batch_size if info.batched else 0, info.first_chunk)

@@ -1,0 +1,322 @@
+"""One source partition's replication, run inside a Spark task: copy (or, in geo mode, wait for and pair)
+then verify by reading the target back.
+
+Ranges: the run covers source entries after the position map's end for this partition (or from the
+earliest, in a new run dir) up to `upper`, the source's last entry when the run started. Entries the
+target already holds (a run killed after sending them) are recognised from the target's last message,
+which carries its source position: they are hashed, not sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
+from pulsar_migration.replication.content import (
+    SOURCE_PUBLISH_TIME_PROPERTY,
+    SOURCE_TAG_PROPERTY,
+    ContentHash,
+    PairDigest,
+    schema_version_of,
+)
+from pulsar_migration.replication.posmap import MapRow
+from pulsar_migration.replication.reading import ReadError, read_range
+from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
+from pulsar_migration.spec import MigrationSpec
+
+log = logging.getLogger(__name__)
+
+OK, FAILED, PLANNED = "ok", "failed", "planned"
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    topic: str  # persistent://t/ns/name or persistent://t/ns/name-partition-N
+    local: str  # ns/name, as the spec's topic filter sees it
+    partition: int  # -1: non-partitioned
+    upper: Position | None  # the source's last entry when the run started (None: empty)
+    map_end: tuple[Position, Position] | None = None  # (target, source) of the last mapped entry
+
+    @property
+    def base_topic(self) -> str:
+        return self.topic.rsplit("-partition-", 1)[0] if self.partition >= 0 else self.topic
+
+
+@dataclass
+class PartitionOutcome:
+    topic: str
+    local: str
+    partition: int
+    status: str = OK
+    error: str | None = None
+    range_from: str | None = None  # exclusive, source "L:E" (None: from the earliest)
+    range_to: str | None = None  # inclusive
+    resumed_after: str | None = None  # last source entry the target already held
+    source_messages: int = 0
+    source_entries: int = 0
+    source_bytes: int = 0
+    source_hash: str = ""
+    copied_messages: int = 0
+    copied_entries: int = 0
+    copied_bytes: int = 0
+    skipped_messages: int = 0  # already on the target
+    deduplicated: int = 0
+    delayed_messages: int = 0
+    delivery_time_lookups: int = 0
+    target_messages: int = 0
+    target_entries: int = 0
+    target_hash: str = ""
+    receipts: int = 0
+    receipts_digest: str = ""
+    target_pairs_digest: str = ""
+    shape_errors: int = 0
+    mapped_entries: int = 0
+    lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
+    copy_s: float = 0.0
+    verify_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    def fail(self, problem: str) -> None:
+        self.status = FAILED
+        self.problems.append(problem)
+        self.error = self.error or problem
+
+
+# -- target side ----------------------------------------------------------------------------------
+
+def last_copied(admin: PulsarAdmin, client: Any, topic: str) -> SourceTag | None:
+    """The source position of the target's last message (None: the target partition is empty)."""
+    last = admin.last_message_id(topic)
+    if int(last.get("entryId", -1)) < 0 or int(last.get("ledgerId", -1)) < 0:
+        return None
+    entry = Position(int(last["ledgerId"]), int(last["entryId"]))
+    tag: SourceTag | None = None
+    for message, info in read_range(client, topic, None, entry, inclusive_start=entry):
+        if info.position != entry:
+            continue
+        text = message.properties().get(SOURCE_TAG_PROPERTY)
+        if text is None:
+            raise ReadError(f"{topic} on the target holds messages that were not copied from the source "
+                            f"(last entry {entry} has no {SOURCE_TAG_PROPERTY} property)")
+        tag = SourceTag.decode(text)
+    if tag is None:
+        raise ReadError(f"cannot read the last entry {entry} of {topic} on the target")
+    return tag
+
+
+@dataclass
+class _Entry:
+    target: MessageIdInfo
+    tag: SourceTag
+    publish_time: int
+    count: int = 1
+
+
+@dataclass
+class TargetScan:
+    content: ContentHash = field(default_factory=ContentHash)
+    rows: list[MapRow] = field(default_factory=list)
+    pairs: PairDigest = field(default_factory=PairDigest)
+    shape_errors: list[str] = field(default_factory=list)
+
+
+def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
+                       sent_after: Position | None) -> TargetScan:
+    """Reads the target partition after `after`: content hash, one map row per entry, the entry-shape check
+    (each target entry = one source entry, same messages in the same order), and the digest of
+    (source entry, target entry) pairs for entries sent after `sent_after`."""
+    scan = TargetScan()
+    current: _Entry | None = None
+
+    def finish(entry: _Entry | None) -> None:
+        if entry is None:
+            return
+        want = entry.tag.batch_size if entry.tag.batch_index >= 0 else 1
+        have = entry.target.messages_in_entry
+        if entry.count != want or have != want or entry.target.batched != (entry.tag.batch_index >= 0):
+            scan.shape_errors.append(f"target entry {entry.target.position} holds {entry.count} of {have} "
+                                     f"message(s) for source entry {entry.tag.position} of {want}")
+        row = MapRow(topic=job.topic, partition=job.partition, source_ledger=entry.tag.position.ledger,
+                     source_entry=entry.tag.position.entry, source_messages=want,
+                     source_batched=entry.tag.batch_index >= 0,
+                     source_first_chunk=str(entry.tag.first_chunk) if entry.tag.first_chunk else None,
+                     target_ledger=entry.target.ledger, target_entry=entry.target.entry, target_messages=have,
+                     target_batched=entry.target.batched,
+                     target_first_chunk=str(entry.target.first_chunk) if entry.target.first_chunk else None,
+                     source_publish_time=entry.publish_time, mode="copy")
+        scan.rows.append(row)
+        if sent_after is None or entry.tag.position > sent_after:
+            scan.pairs.add(entry.tag.position, entry.target.position)
+
+    for message, info in read_range(client, job.topic, after):
+        new_entry = current is None or info.position != current.target.position
+        scan.content.add(message, new_entry=new_entry)
+        props = message.properties()
+        try:
+            tag = SourceTag.decode(props[SOURCE_TAG_PROPERTY])
+        except (KeyError, PositionError):
+            scan.shape_errors.append(f"target message {info.position}:{info.batch_index} has no source tag")
+            continue
+        if new_entry:
+            finish(current)
+            current = _Entry(info, tag, int(props.get(SOURCE_PUBLISH_TIME_PROPERTY, "0") or 0))
+        else:
+            assert current is not None
+            expected = current.tag.batch_index + current.count
+            if tag.position != current.tag.position or tag.batch_index != expected:
+                scan.shape_errors.append(f"target entry {info.position} mixes source {current.tag.position} "
+                                         f"and {tag.position}:{tag.batch_index}")
+            current.count += 1
+    finish(current)
+    return scan
+
+
+# -- source side ----------------------------------------------------------------------------------
+
+class SchemaCache:
+    """Source schema definitions by version, fetched once per partition task."""
+
+    def __init__(self, admin: PulsarAdmin, base_topic: str) -> None:
+        self.admin = admin
+        self.path = "/schemas/" + admin.topic_path(base_topic).split("/", 2)[2]
+        self.name = base_topic
+        self._cache: dict[int, Any] = {}
+
+    def __call__(self, version: int) -> Any:
+        if version not in self._cache:
+            info = self.admin.get(f"{self.path}/schema/{version}")
+            self._cache[version] = raw_schema(info["type"], info["data"], self.name)
+        return self._cache[version]
+
+
+def delivery_time_lookup(admin: PulsarAdmin, topic: str, horizon_s: int, outcome: PartitionOutcome) -> Any:
+    """Returns f(message, info) -> deliver-at ms or None. The Python client cannot read a message's
+    delivery time, so unbatched entries (delayed messages are never batched) published within the horizon
+    are looked up through the admin API's entry endpoint; horizon 0 turns this off, -1 looks at all."""
+    if horizon_s == 0:
+        return lambda message, info: None
+    oldest = (time.time() - horizon_s) * 1000 if horizon_s > 0 else None
+
+    def lookup(message: Any, info: MessageIdInfo) -> int | None:
+        if oldest is not None and message.publish_timestamp() < oldest:
+            return None
+        outcome.delivery_time_lookups += 1
+        headers = admin.entry_headers(topic, info.ledger, info.entry)
+        value = headers.get("X-Pulsar-deliver-at-time")
+        if not value:
+            return None
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+
+    return lookup
+
+
+def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
+                   delivery_horizon_s: int) -> tuple[PartitionOutcome, list[MapRow]]:
+    """Copies one partition and verifies it; never raises (failures are in the outcome)."""
+    outcome = PartitionOutcome(job.topic, job.local, job.partition)
+    map_target, map_source = job.map_end if job.map_end else (None, None)
+    outcome.range_from = str(map_source) if map_source else None
+    outcome.range_to = str(job.upper) if job.upper else None
+    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
+    src_client = spec.source_cluster.pulsar_client()
+    tgt_client = spec.target_cluster.pulsar_client()
+    rows: list[MapRow] = []
+    try:
+        resumed = last_copied(tgt_admin, tgt_client, job.topic)
+        resume_after = resumed.position if resumed else None
+        outcome.resumed_after = str(resume_after) if resume_after else None
+        if resume_after and job.upper and resume_after > job.upper:
+            resume_after = job.upper  # the target is ahead of this run's bound: nothing to send
+        receipts = PairDigest()
+
+        def on_receipt(tag: SourceTag, target: MessageIdInfo) -> None:
+            receipts.add(tag.position, target.position)
+
+        started = time.monotonic()
+        source_hash = ContentHash()
+        sender = None if dry_run else EntrySender(
+            tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
+            deliver_at_for=delivery_time_lookup(src_admin, job.topic, delivery_horizon_s, outcome),
+            on_receipt=on_receipt)
+        try:
+            if job.upper is not None:
+                for message, info in read_range(src_client, job.topic, map_source, job.upper):
+                    source_hash.add(message, new_entry=info.batch_index <= 0)
+                    if resume_after is not None and info.position <= resume_after:
+                        outcome.skipped_messages += 1
+                        continue
+                    if sender is None:
+                        outcome.copied_messages += 1
+                        outcome.copied_entries += info.batch_index <= 0
+                        outcome.copied_bytes += message._message.length()
+                        continue
+                    sender.send(message, info, schema_version_of(message))
+            if sender is not None:
+                sender.drain()
+                stats = sender.stats
+                outcome.copied_messages, outcome.copied_entries = stats.messages, stats.entries
+                outcome.copied_bytes, outcome.deduplicated = stats.bytes, stats.deduplicated
+                outcome.delayed_messages = stats.delayed
+        finally:
+            if sender is not None:
+                sender.close()
+        outcome.copy_s = round(time.monotonic() - started, 3)
+        outcome.source_messages, outcome.source_entries = source_hash.messages, source_hash.entries
+        outcome.source_bytes, outcome.source_hash = source_hash.bytes, source_hash.hexdigest
+        outcome.receipts, outcome.receipts_digest = receipts.count, receipts.hexdigest
+        if dry_run:
+            outcome.status = PLANNED
+            return outcome, []
+
+        started = time.monotonic()
+        scan = scan_copied_target(tgt_client, job, map_target, resume_after)
+        outcome.verify_s = round(time.monotonic() - started, 3)
+        rows = scan.rows
+        outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
+        outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
+        outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
+        judge(outcome, scan.shape_errors)
+        outcome.lag_entries = lag_after(src_admin, job)
+    except (ReadError, SendError, PositionError) as exc:
+        outcome.fail(str(exc))
+    except Exception as exc:  # one line per partition; the driver turns them into the step's error
+        log.warning("partition %s failed", job.topic, exc_info=True)
+        outcome.fail(f"{type(exc).__name__}: {exc}")
+    finally:
+        for closable in (src_client, tgt_client, src_admin, tgt_admin):
+            try:
+                closable.close()
+            except Exception:
+                log.debug("close failed", exc_info=True)
+    return outcome, rows if outcome.status == OK else []
+
+
+def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
+    """The partition's verdict: both sides' content hashes and counts equal, entries 1:1, every receipt
+    matched by what the target holds."""
+    if outcome.source_hash != outcome.target_hash or outcome.source_messages != outcome.target_messages:
+        outcome.fail(f"{outcome.topic}: content differs: source {outcome.source_messages} message(s) hash "
+                     f"{outcome.source_hash[:12]}, target {outcome.target_messages} hash {outcome.target_hash[:12]}")
+    if outcome.source_entries != outcome.target_entries:
+        outcome.fail(f"{outcome.topic}: {outcome.source_entries} source entries but {outcome.target_entries} "
+                     "on the target")
+    if shape_errors:
+        outcome.fail(f"{outcome.topic}: {len(shape_errors)} entry-shape error(s), first: {shape_errors[0]}")
+    if outcome.receipts_digest != outcome.target_pairs_digest:
+        outcome.fail(f"{outcome.topic}: send receipts ({outcome.receipts}) do not match the entries read back")
+
+
+def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
+    """Source entries written after the run's bound, when countable (same ledger)."""
+    if job.upper is None:
+        return None
+    last = admin.last_message_id(job.topic)
+    ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
+    if ledger == job.upper.ledger:
+        return max(entry - job.upper.entry, 0)
+    return None

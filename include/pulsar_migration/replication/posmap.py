@@ -1,0 +1,115 @@
+"""The position map: for every target entry, the source entry it holds (RUN_DIR/position_map, Parquet).
+
+One row per target entry, built by reading the target after the copy (so it describes exactly what the
+target holds, including entries a killed run left unmapped) and checked against the send receipts.
+`sync_progress` joins source cursors with it. Each run appends only entries after the map's end per
+partition, so rows never repeat; readers still drop duplicates defensively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pulsar_migration import rundir
+from pulsar_migration.positions import Position
+
+POSITION_MAP_DATASET = "position_map"
+
+MAP_SCHEMA = T.StructType([
+    T.StructField("topic", T.StringType(), False),             # persistent://t/ns/name[-partition-N]
+    T.StructField("partition", T.IntegerType(), False),        # -1: non-partitioned
+    T.StructField("source_ledger", T.LongType(), False),
+    T.StructField("source_entry", T.LongType(), False),        # a chunked message: its last chunk
+    T.StructField("source_messages", T.IntegerType(), False),  # messages in the entry
+    T.StructField("source_batched", T.BooleanType(), False),
+    T.StructField("source_first_chunk", T.StringType(), True),  # "L:E" of a chunked message's first chunk
+    T.StructField("target_ledger", T.LongType(), False),
+    T.StructField("target_entry", T.LongType(), False),
+    T.StructField("target_messages", T.IntegerType(), False),
+    T.StructField("target_batched", T.BooleanType(), False),
+    T.StructField("target_first_chunk", T.StringType(), True),
+    T.StructField("source_publish_time", T.LongType(), False),  # ms, of the entry's first message
+    T.StructField("mode", T.StringType(), False),              # copy | geo
+])
+KEY_COLUMNS = ("topic", "target_ledger", "target_entry")
+
+
+@dataclass(frozen=True)
+class MapRow:
+    topic: str
+    partition: int
+    source_ledger: int
+    source_entry: int
+    source_messages: int
+    source_batched: bool
+    source_first_chunk: str | None
+    target_ledger: int
+    target_entry: int
+    target_messages: int
+    target_batched: bool
+    target_first_chunk: str | None
+    source_publish_time: int
+    mode: str
+
+    @property
+    def source(self) -> Position:
+        return Position(self.source_ledger, self.source_entry)
+
+    @property
+    def target(self) -> Position:
+        return Position(self.target_ledger, self.target_entry)
+
+    def as_tuple(self) -> tuple:
+        return astuple(self)
+
+
+@dataclass(frozen=True)
+class MapEnd:
+    """The last mapped entry of one partition on both sides."""
+
+    target: Position
+    source: Position
+
+
+def location(run_dir: str) -> str:
+    return rundir.join(run_dir, POSITION_MAP_DATASET)
+
+
+def read_map(spark: SparkSession, run_dir: str) -> DataFrame | None:
+    """The map so far (duplicates dropped), or None when this run dir has none yet."""
+    path = location(run_dir)
+    if not rundir.exists(run_dir, POSITION_MAP_DATASET, spark if not rundir.is_local(run_dir) else None):
+        return None
+    try:
+        return spark.read.schema(MAP_SCHEMA).parquet(path).dropDuplicates(list(KEY_COLUMNS))
+    except Exception as exc:  # an empty directory left by a killed first write
+        if "Unable to infer schema" in str(exc) or "PATH_NOT_FOUND" in str(exc):
+            return None
+        raise
+
+
+def map_ends(position_map: DataFrame) -> DataFrame:
+    """Per topic, the last target entry and the source entry it holds (max by target position)."""
+    last = F.max(F.struct("target_ledger", "target_entry", "source_ledger", "source_entry")).alias("last")
+    return position_map.groupBy("topic").agg(last).select(
+        "topic",
+        F.col("last.target_ledger").alias("target_ledger"), F.col("last.target_entry").alias("target_entry"),
+        F.col("last.source_ledger").alias("source_ledger"), F.col("last.source_entry").alias("source_entry"),
+    )
+
+
+def collect_ends(spark: SparkSession, run_dir: str) -> dict[str, MapEnd]:
+    position_map = read_map(spark, run_dir)
+    if position_map is None:
+        return {}
+    return {row.topic: MapEnd(Position(row.target_ledger, row.target_entry), Position(row.source_ledger,
+                                                                                          row.source_entry))
+            for row in map_ends(position_map).collect()}
+
+
+def append(spark: SparkSession, run_dir: str, rows: DataFrame) -> None:
+    rows.select(*MAP_SCHEMA.fieldNames()).write.mode("append").parquet(location(run_dir))

@@ -1,0 +1,249 @@
+"""Re-publishing source entries on the target, one target entry per source entry, pipelined.
+
+* A batched source entry is sent as `send_async` of its messages on a batching producer whose limits
+  exceed any batch, then `flush_async`: the batch closes exactly there, without waiting for the broker.
+* An unbatched message goes through a non-batching producer (which re-chunks a chunked message).
+* A producer stamps its own schema version on every message, so there is one producer per (schema
+  version, batched). Switching producers first drains the previous one, so the target keeps the
+  source's order even across reconnects.
+* Every message of a source entry carries the sequence id derived from the entry's position
+  (positions.sequence_id), increasing over the partition: with deduplication on the target, a
+  re-send after a kill or a retry is dropped by the broker instead of stored twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pulsar_migration.positions import MessageIdInfo, Position, SourceTag, sequence_id
+from pulsar_migration.replication.content import SOURCE_PUBLISH_TIME_PROPERTY, SOURCE_TAG_PROPERTY
+
+log = logging.getLogger(__name__)
+
+# Batching limits far above anything a source batch can hold (the broker caps an entry at 5 MiB by
+# default); the publish delay never fires because every entry is flushed explicitly.
+BATCH_MAX_MESSAGES = 1_000_000
+BATCH_MAX_BYTES = 256 * 1024 * 1024
+BATCH_MAX_DELAY_MS = 3_600_000
+SEND_TIMEOUT_MS = 30_000
+
+
+class SendError(RuntimeError):
+    """The target refused or timed out a send; the message is one line."""
+
+
+class InFlight:
+    """Bounds the messages sent and not yet acknowledged by the target. An entry's messages are admitted
+    together (a batch cannot be flushed half-way); an entry larger than the bound waits for an empty pipe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.count = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int) -> None:
+        with self._cond:
+            while self.count and self.count + n > self.limit:
+                self._cond.wait()
+            self.count += n
+
+    def release(self, n: int = 1) -> None:
+        with self._cond:
+            self.count -= n
+            self._cond.notify_all()
+
+    def wait_empty(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.count <= 0, timeout=timeout_s)
+
+
+def producer_name(topic: str, schema_version: int | None, batched: bool) -> str:
+    """Deterministic per (partition, schema version, batching): the target's dedup state is keyed on it."""
+    digest = hashlib.sha1(topic.encode("utf-8")).hexdigest()[:12]
+    return f"pm-copy-{digest}-{'b' if batched else 'u'}{'n' if schema_version is None else schema_version}"
+
+
+def raw_schema(schema_type: str, definition: str, name: str) -> Any:
+    """A schema object that registers `definition` and leaves payloads as they are (already encoded)."""
+    import _pulsar
+    from pulsar.schema import Schema
+
+    class _Encoded(Schema):
+        def __init__(self) -> None:  # the base class would JSON-encode an already JSON definition again
+            self._record_cls = bytes
+            self._schema_info = _pulsar.SchemaInfo(getattr(_pulsar.SchemaType, schema_type), name, definition)
+
+        def encode(self, obj: Any) -> Any:
+            return obj
+
+        def decode(self, data: Any) -> Any:
+            return data
+
+    return _Encoded()
+
+
+@dataclass
+class SendStats:
+    messages: int = 0
+    entries: int = 0
+    bytes: int = 0
+    deduplicated: int = 0
+    delayed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class EntrySender:
+    """Sends source messages to one target partition, entry shape kept, with bounded messages in flight.
+
+    `schema_for(version)` returns the schema object to register for a source schema version;
+    `deliver_at_for(message, info)` the delivery time (ms) of an unbatched message, or None.
+    `on_receipt(source_tag, target_info)` is called (from a client thread) for the first message of
+    every copied entry once the target stored it.
+    """
+
+    def __init__(self, client: Any, topic: str, *, max_in_flight: int,
+                 schema_for: Callable[[int], Any], deliver_at_for: Callable[[Any, MessageIdInfo], int | None],
+                 on_receipt: Callable[[SourceTag, MessageIdInfo], None]) -> None:
+        self.client = client
+        self.topic = topic
+        self.stats = SendStats()
+        self._inflight = InFlight(max_in_flight)
+        self._max_pending = max(2 * max_in_flight, 1000)
+        self._schema_for = schema_for
+        self._deliver_at_for = deliver_at_for
+        self._on_receipt = on_receipt
+        self._producers: dict[tuple[int | None, bool], Any] = {}
+        self._current: tuple[int | None, bool] | None = None
+        self._lock = threading.Lock()
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    def _producer(self, key: tuple[int | None, bool]) -> Any:
+        producer = self._producers.get(key)
+        if producer is None:
+            version, batched = key
+            kwargs: dict[str, Any] = {
+                "producer_name": producer_name(self.topic, version, batched),
+                "send_timeout_millis": SEND_TIMEOUT_MS,
+                "max_pending_messages": self._max_pending,
+                "block_if_queue_full": False,  # InFlight keeps the queue below its limit
+                "batching_enabled": batched,
+                "chunking_enabled": not batched,
+            }
+            if batched:
+                kwargs.update(batching_max_messages=BATCH_MAX_MESSAGES,
+                              batching_max_allowed_size_in_bytes=BATCH_MAX_BYTES,
+                              batching_max_publish_delay_ms=BATCH_MAX_DELAY_MS)
+            if version is not None:
+                kwargs["schema"] = self._schema_for(version)
+            try:
+                producer = self.client.create_producer(self.topic, **kwargs)
+            except Exception as exc:
+                raise SendError(f"cannot create producer on {self.topic}: {exc}") from exc
+            self._producers[key] = producer
+        return producer
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def send(self, message: Any, info: MessageIdInfo, schema_version: int | None) -> None:
+        """Sends one source message; `info` is its parsed source id."""
+        import _pulsar
+
+        self.raise_if_failed()
+        key = (schema_version, info.batched)
+        if key != self._current:
+            if self._current is not None:
+                self.drain()
+            self._current = key
+        producer = self._producer(key)
+        tag = SourceTag.of(info)
+        first_of_entry = info.batch_index <= 0
+        if first_of_entry:
+            self._inflight.acquire(info.messages_in_entry)
+        native = message._message
+        builder = _pulsar.MessageBuilder()
+        if native.has_null_value():
+            builder.set_null_value()
+        else:
+            builder.content(native.data())
+        for k, v in native.properties().items():
+            builder.property(k, v)
+        builder.property(SOURCE_TAG_PROPERTY, tag.encode())
+        builder.property(SOURCE_PUBLISH_TIME_PROPERTY, str(native.publish_timestamp()))
+        if native.partition_key():
+            builder.partition_key(native.partition_key())
+        ordering_key = native.ordering_key()
+        if ordering_key:
+            builder.ordering_key(ordering_key if isinstance(ordering_key, str) else ordering_key.decode("latin-1"))
+        builder.sequence_id(sequence_id(info.position))
+        if native.event_timestamp():
+            builder.event_timestamp(native.event_timestamp())
+        if not info.batched:
+            deliver_at = self._deliver_at_for(message, info)
+            if deliver_at:
+                builder.deliver_at(deliver_at)
+                self.stats.delayed += 1
+        size = native.length()
+        producer._producer.send_async(builder.build(), lambda res, mid: self._receipt(tag, first_of_entry, res, mid))
+        with self._lock:
+            self.stats.messages += 1
+            self.stats.bytes += size
+            if first_of_entry:
+                self.stats.entries += 1
+        if info.batched and info.last_in_entry:
+            producer._producer.flush_async(lambda res: self._flushed(res))
+
+    def _receipt(self, tag: SourceTag, first_of_entry: bool, result: Any, message_id: Any) -> None:
+        import _pulsar
+
+        try:
+            if result != _pulsar.Result.Ok:
+                with self._lock:
+                    self.stats.errors.append(f"send to {self.topic} failed: {result}")
+                return
+            target = MessageIdInfo.of(message_id)
+            if target.ledger < 0:  # the broker's dedup recognised a re-send
+                with self._lock:
+                    self.stats.deduplicated += 1
+                return
+            if first_of_entry:
+                self._on_receipt(tag, target)
+        except Exception as exc:  # never let an exception escape into the client's thread
+            with self._lock:
+                self.stats.errors.append(f"receipt handling on {self.topic} failed: {exc}")
+        finally:
+            self._inflight.release(1)
+
+    def _flushed(self, result: Any) -> None:
+        import _pulsar
+
+        if result != _pulsar.Result.Ok:
+            with self._lock:
+                self.stats.errors.append(f"flush to {self.topic} failed: {result}")
+
+    def raise_if_failed(self) -> None:
+        if self.stats.errors:
+            raise SendError(self.stats.errors[0])
+
+    def drain(self, timeout_s: float = SEND_TIMEOUT_MS / 1000 + 30) -> None:
+        """Waits until the target acknowledged everything sent so far."""
+        if not self._inflight.wait_empty(timeout_s):
+            raise SendError(f"{self._inflight.count} message(s) to {self.topic} unacknowledged after {timeout_s:.0f}s")
+        self.raise_if_failed()
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            try:
+                producer.close()
+            except Exception:
+                log.debug("closing producer on %s failed", self.topic, exc_info=True)
+        self._producers.clear()
+
+
+def position_text(position: Position | None) -> str | None:
+    return str(position) if position is not None else None

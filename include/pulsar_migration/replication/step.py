@@ -1,0 +1,211 @@
+"""replicate_topics: every selected source partition's messages reach the target exactly once, entries 1:1,
+verified by reading both sides, with a position map for sync_progress.
+
+inventory (partitions, upper bounds, map ends; the target must already hold every topic) ->
+prepare the target (deduplication on; geo mode: replication enabled with the backlog included) ->
+per partition in Spark tasks: copy or pair, then read back and compare -> append the map -> report.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from pulsar_migration.admin import NotFound, PulsarAdmin, seg
+from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.positions import Position
+from pulsar_migration.replication import posmap
+from pulsar_migration.replication.partition import OK, PLANNED, PartitionJob, PartitionOutcome, copy_partition
+from pulsar_migration.report import stable_hash
+from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.stepjob import StepContext, StepFailed
+
+log = logging.getLogger(__name__)
+
+STEP = "replicate_topics"
+DEDUP_WAIT_S = 30.0
+FAILURE_DETAIL_LIMIT = 20
+
+
+class ReplicationError(StepFailed):
+    """Inventory or preparation found something that stops the step (one line)."""
+
+
+def run(ctx: StepContext) -> None:
+    spec, report = ctx.spec, ctx.report
+    report.details["mode"] = spec.replication_mode
+    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
+    try:
+        started = time.monotonic()
+        ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
+        jobs = inventory(spec, src_admin, tgt_admin, ends)
+        report.counts["partitions"] = len(jobs)
+        report.counts["topics"] = len({job.base_topic for job in jobs})
+        report.details["inventory_s"] = round(time.monotonic() - started, 3)
+        log.info("%d partition(s) of %d topic(s) to replicate (%s mode)%s", len(jobs), report.counts["topics"],
+                 spec.replication_mode, "; map continues from an earlier run" if ends else "")
+        if not jobs:
+            return
+        if not ctx.dry_run:
+            started = time.monotonic()
+            report.details["deduplication_enabled_on"] = enable_deduplication(tgt_admin, spec, jobs)
+            if spec.replication_mode == "geo":
+                from pulsar_migration.replication import geo
+
+                report.details["geo"] = geo.prepare(spec, src_admin, tgt_admin, jobs)
+            report.details["prepare_s"] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
+        outcomes = replicate(ctx, jobs)
+        report.details["replicate_s"] = round(time.monotonic() - started, 3)
+        summarise(ctx, outcomes, time.monotonic() - started)
+    finally:
+        src_admin.close()
+        tgt_admin.close()
+
+
+# -- inventory ---------------------------------------------------------------------------------------
+
+def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
+              ends: dict[str, posmap.MapEnd]) -> list[PartitionJob]:
+    """One job per source partition (non-partitioned topics are one), with the source's last entry now.
+    Fails before anything is written when a topic is missing or shaped differently on the target."""
+    source = read_layout(src_admin, spec, must_exist=True)
+    target = read_layout(tgt_admin, spec, must_exist=False)
+    target_topics = {t.local: t.partitioned for t in target.topics}
+    refs = []
+    for ref in source.topics:
+        if ref.local not in target_topics:
+            raise ReplicationError(f"topic {ref.local} of tenant '{spec.tenant}' does not exist on the target "
+                                   f"{spec.target}: run sync_metadata first (it may have been created since)")
+        if target_topics[ref.local] != ref.partitioned:
+            raise ReplicationError(f"topic {ref.local} is {'' if ref.partitioned else 'non-'}partitioned on the "
+                                   f"source but not on the target {spec.target}: resolve the sync_metadata conflict")
+        refs.append(ref)
+
+    def partitions(ref: Any) -> list[tuple[str, str, int]]:
+        name = f"persistent://{spec.tenant}/{ref.namespace}/{ref.topic}"
+        if not ref.partitioned:
+            return [(name, ref.local, -1)]
+        path = src_admin.topic_path(name)
+        count = int(src_admin.get(f"{path}/partitions")["partitions"])
+        have = int(tgt_admin.get(tgt_admin.topic_path(name) + "/partitions")["partitions"])
+        if have < count:
+            raise ReplicationError(f"topic {ref.local} has {count} partitions on the source but {have} on the "
+                                   f"target {spec.target}: run sync_metadata first")
+        return [(f"{name}-partition-{i}", ref.local, i) for i in range(count)]
+
+    def job(item: tuple[str, str, int]) -> PartitionJob:
+        topic, local, index = item
+        try:
+            last = src_admin.last_message_id(topic)
+        except NotFound:
+            raise ReplicationError(f"partition {topic} does not exist on the source {spec.source}") from None
+        upper = Position(int(last["ledgerId"]), int(last["entryId"])) if int(last.get("entryId", -1)) >= 0 \
+            and int(last.get("ledgerId", -1)) >= 0 else None
+        end = ends.get(topic)
+        return PartitionJob(topic, local, index, upper, (end.target, end.source) if end else None)
+
+    with ThreadPoolExecutor(spec.admin_concurrency) as pool:
+        items = [item for group in pool.map(partitions, refs) for item in group]
+        return sorted(pool.map(job, items), key=lambda j: (j.local, j.partition))
+
+
+def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[PartitionJob]) -> list[str]:
+    """Turns deduplication on for every namespace with selected topics on the target (what makes copies
+    and client re-sends exactly-once) and waits until each target partition runs with it. Returns the
+    namespaces it changed."""
+    namespaces = sorted({job.local.split("/", 1)[0] for job in jobs})
+    changed = []
+    for ns in namespaces:
+        path = f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/deduplication"
+        if admin.get(path) is not True:
+            admin.post(path, True)
+            changed.append(ns)
+            log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, spec.target)
+    deadline = time.monotonic() + DEDUP_WAIT_S
+    pending = [job.topic for job in jobs]
+    while pending:
+        pending = [t for t in pending if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus")
+                   != "Enabled"]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            raise ReplicationError(f"deduplication is not running on {len(pending)} target partition(s) after "
+                                   f"{DEDUP_WAIT_S:.0f}s (first: {pending[0]}); a topic-level policy may disable it")
+        time.sleep(0.5)
+    return changed
+
+
+# -- the Spark part ----------------------------------------------------------------------------------
+
+def _partition_task(spec: MigrationSpec, dry_run: bool) -> Any:
+    mode = spec.replication_mode
+
+    def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
+        for job in jobs:
+            if mode == "geo" and not dry_run:
+                from pulsar_migration.replication import geo
+
+                yield geo.verify_partition(spec, job)
+            else:
+                yield copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
+                                     delivery_horizon_s=spec.delayed_delivery_horizon_s)
+
+    return run_jobs
+
+
+def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
+    """Runs every job in Spark tasks (one partition per task), appends the verified partitions' map rows."""
+    from pyspark import StorageLevel
+
+    spark = ctx.spark
+    results = (spark.sparkContext.parallelize(jobs, len(jobs))
+               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run))
+               .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        outcomes = results.map(lambda result: result[0]).collect()
+        mapped = sum(o.mapped_entries for o in outcomes if o.status == OK)
+        if mapped and not ctx.dry_run:
+            rows = results.flatMap(lambda result: [row.as_tuple() for row in result[1]])
+            posmap.append(spark, ctx.run_dir, spark.createDataFrame(rows, posmap.MAP_SCHEMA))
+        ctx.report.details["position_map"] = posmap.location(ctx.run_dir)
+    finally:
+        results.unpersist()
+    return outcomes
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+_TOTALS = ("source_messages", "source_entries", "source_bytes", "copied_messages", "copied_entries", "copied_bytes",
+           "skipped_messages", "deduplicated", "delayed_messages", "delivery_time_lookups", "target_messages",
+           "target_entries", "mapped_entries", "shape_errors")
+
+
+def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: float) -> None:
+    report = ctx.report
+    for name in _TOTALS:
+        report.counts[name] = sum(getattr(o, name) for o in outcomes)
+    failed = [o for o in outcomes if o.status not in (OK, PLANNED)]
+    report.counts["partitions_failed"] = len(failed)
+    report.counts["partitions_ok"] = len(outcomes) - len(failed)
+    lag = [o.lag_entries for o in outcomes if o.lag_entries is not None]
+    report.counts["lag_entries"] = sum(lag)
+    report.details["partitions"] = [asdict(o) for o in outcomes]
+    report.details["msgs_per_s"] = round(report.counts["copied_messages"] / elapsed_s, 1) if elapsed_s else None
+    report.details["mb_per_s"] = round(report.counts["copied_bytes"] / elapsed_s / 1e6, 3) if elapsed_s else None
+    if not ctx.dry_run:
+        report.hashes["source"] = stable_hash(f"{o.topic}|{o.source_hash}" for o in outcomes)
+        report.hashes["target"] = stable_hash(f"{o.topic}|{o.target_hash}" for o in outcomes)
+    for o in outcomes:
+        log.info("%s %s: %s msgs (%s copied, %s already there), %s entries, hash %s%s", o.status, o.topic,
+                 o.source_messages, o.copied_messages, o.skipped_messages, o.source_entries, o.source_hash[:12],
+                 f": {o.error}" if o.error else "")
+    if failed:
+        report.details["failures"] = [{"topic": o.topic, "error": o.error} for o in failed[:FAILURE_DETAIL_LIMIT]]
+        names = ", ".join(o.topic.split("://", 1)[-1] for o in failed[:5])
+        raise StepFailed(f"{len(failed)} of {len(outcomes)} partition(s) failed ({names}"
+                         f"{', ...' if len(failed) > 5 else ''}); first: {failed[0].error}")
