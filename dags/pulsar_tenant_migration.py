@@ -10,16 +10,25 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
 2. **sync_metadata** (spark-submit) makes the target hold the tenant's metadata: namespaces and their
    policies, topics and partitions, subscriptions, grants, schemas, topic policies. Conflicts on the
    target stop it before any write unless *Proceed on conflict* is set.
-3. **publish_sync_metadata_report** logs the step's report and returns its verdict, counts, hashes,
+3. **replicate_topics** (spark-submit) brings every selected partition's messages to the target exactly
+   once, entry for entry: mode `copy` re-publishes them (target deduplication on, sequence ids from
+   source positions, resume from what the target holds), mode `geo` enables Pulsar's geo-replication
+   with the older backlog included and waits for it to drain. Both read the target back, compare
+   counts and content hashes per partition, and append the position map (`RUN_DIR/position_map/`)
+   that progress sync translates cursors with.
+4. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
    plan location and conflicts (XCom). It fails whenever the step did, so a failed step never leaves
    the run green.
 
-With *Dry run* the step only plans: the report (verdict `planned`) and the plan dataset land in
-RUN_DIR and no cluster is touched.
+With *Dry run* the steps only plan: the reports (verdict `planned`), the plan dataset and the list
+of what would be copied land in RUN_DIR and no cluster is touched.
+
+Every step is idempotent (a re-run after success changes nothing; after a kill it finishes the job
+without loss or duplicates), so a failed run can simply be triggered again with the same form.
 
 RUN_DIR is `<Variable pulsar_migration_run_dir_base>/pulsar_tenant_migration/<run id>` (a relative
-base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`
-and `sync_metadata_plan/` (Parquet).
+base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`,
+`sync_metadata_plan/` (Parquet), `replicate_topics.json` and `position_map/` (Parquet).
 
 Connections: a Pulsar connection's host/port/schema give the admin URL; extra holds `cluster_name`,
 `service_url` and `tls`; the password, if any, is the token. Tokens reach Spark only as environment
@@ -65,6 +74,12 @@ with DAG(
                                             "matches (re.search)."),
         "topics_exclude": Param([], **_REGEXES, title="Topics to exclude", section="What to migrate",
                                 description="Regexes on `<namespace>/<topic>`; a topic matching any is skipped."),
+        "replication_mode": Param("copy", type="string", enum=["copy", "geo"], title="Replication mode",
+                                  section="Behaviour",
+                                  description="copy: Spark re-publishes every message exactly once and records "
+                                              "where each landed. geo: Pulsar's own geo-replication is enabled on "
+                                              "the namespaces (older messages included) and drained; it needs "
+                                              "the brokers to reach each other."),
         "dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
                          description="Plan and report only; no cluster is changed."),
         "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
@@ -79,6 +94,6 @@ with DAG(
     max_active_runs=1,
 ):
     spec = render_spec_task(PROJECT_ROOT)
-    # Next steps chain on the previous publish task: replicate_topics, sync_progress, switch_lookup,
-    # cleanup_source.
-    step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)
+    # Each step chains on the previous publish task; sync_progress, switch_lookup and cleanup_source follow.
+    _, metadata_published = step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)
+    step_tasks("replicate_topics", PROJECT_ROOT, upstream=metadata_published)

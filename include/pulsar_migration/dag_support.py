@@ -51,6 +51,7 @@ PARAM_TO_SPEC: dict[str, tuple[str, ...]] = {
     "topics_include": ("topics", "include"),
     "topics_exclude": ("topics", "exclude"),
     "proceed_on_conflict": ("options", "proceed_on_conflict"),
+    "replication_mode": ("replication", "mode"),
 }
 CONFLICTS_IN_SUMMARY = 20
 

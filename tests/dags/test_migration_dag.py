@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DAG_ID = "pulsar_tenant_migration"
 PUBLISH = "publish_sync_metadata_report"
+REPLICATE, PUBLISH_REPLICATE = "replicate_topics", "publish_replicate_topics_report"
 
 
 def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
@@ -81,10 +82,18 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target"})
 
         assert dag_run.state == "success", states
-        assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success"}
+        assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success",
+                          REPLICATE: "success", PUBLISH_REPLICATE: "success"}
         source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
+        # replicate_topics turns deduplication on for the target's namespaces (exactly-once copies and
+        # client re-sends); everything else is as on the source
+        for ns in target["namespaces"]:
+            assert target["namespaces"][ns]["policies"].pop("deduplicationEnabled") is True
+            source["namespaces"][ns]["policies"].pop("deduplicationEnabled")
         assert target == source
         assert sorted(target["namespaces"]) == built["namespaces"]
+        replicated = xcom(dag_run, PUBLISH_REPLICATE)
+        assert replicated["verdict"] == "ok" and replicated["counts"]["partitions_failed"] == 0
 
         rdir = run_dir_of(airflow_db, dag_run)
         assert xcom(dag_run, "render_spec") == {"spec_path": str(rdir / "spec.json"), "run_dir": str(rdir)}
@@ -151,6 +160,8 @@ def test_dry_run_plans_and_changes_nothing(
     published = xcom(dag_run, PUBLISH)
     assert published["verdict"] == "planned" and published["dry_run"] is True
     assert published["counts"]["CREATE"] > 0 and Path(published["plan"]).is_dir()
+    replicated = xcom(dag_run, PUBLISH_REPLICATE)  # planned against a target that has no topics yet
+    assert replicated["verdict"] == "planned" and replicated["counts"]["partitions"] > 0
 
 
 def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
@@ -161,7 +172,8 @@ def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
     dag_run, states = run_migration({"tenant": tenant})
 
     assert dag_run.state == "failed"
-    assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed"}
+    assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed",
+                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed"}
     assert snapshot(admin_b, tenant) == {"tenant": None}
     report = json.loads((run_dir_of(airflow_db, dag_run) / "sync_metadata.json").read_text())
     assert report["verdict"] == "failed"
@@ -173,5 +185,6 @@ def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: A
     dag_run, states = run_migration({"tenant": unique("dag-same"), "target_conn": "pulsar_cluster_a"})
 
     assert dag_run.state == "failed"
-    assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed"}
+    assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed",
+                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed"}
     assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()

@@ -22,7 +22,7 @@ DAG_ID = "pulsar_tenant_migration"
 GOOD: dict[str, Any] = {
     "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme",
     "namespaces": ["orders", "billing"], "topics_include": ["^orders/", "billing/.*"],
-    "topics_exclude": ["-dlq$"], "dry_run": True, "proceed_on_conflict": False,
+    "topics_exclude": ["-dlq$"], "dry_run": True, "proceed_on_conflict": False, "replication_mode": "geo",
 }
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "missing tenant": ({k: v for k, v in GOOD.items() if k != "tenant"}, "tenant"),
@@ -31,6 +31,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "namespaces not a list": ({**GOOD, "namespaces": "orders"}, "namespaces"),
     "namespace with /": ({**GOOD, "namespaces": ["acme/orders"]}, "namespaces"),
     "dry_run not boolean": ({**GOOD, "dry_run": "yes"}, "dry_run"),
+    "unknown replication mode": ({**GOOD, "replication_mode": "mirror"}, "replication_mode"),
     "topics_include not a list": ({**GOOD, "topics_include": ".*"}, "topics_include"),
     "topics_exclude not a list": ({**GOOD, "topics_exclude": None}, "topics_exclude"),
     "connection id with quotes": ({**GOOD, "source_conn": "a' }}{{ x"}, "source_conn"),
@@ -65,6 +66,7 @@ def test_good_input_is_accepted_and_defaults_fill_the_rest(dag: DAG, validate: A
     assert validate(dag, {"tenant": "acme"}) == {
         "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme", "namespaces": None,
         "topics_include": [".*"], "topics_exclude": [], "dry_run": False, "proceed_on_conflict": False,
+        "replication_mode": "copy",
     }
 
 

@@ -41,6 +41,7 @@ class PartitionJob:
     partition: int  # -1: non-partitioned
     upper: Position | None  # the source's last entry when the run started (None: empty)
     map_end: tuple[Position, Position] | None = None  # (target, source) of the last mapped entry
+    target_exists: bool = True  # False only in a dry run before sync_metadata created the topic
 
     @property
     def base_topic(self) -> str:
@@ -227,7 +228,7 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
     tgt_client = spec.target_cluster.pulsar_client()
     rows: list[MapRow] = []
     try:
-        resumed = last_copied(tgt_admin, tgt_client, job.topic)
+        resumed = last_copied(tgt_admin, tgt_client, job.topic) if job.target_exists else None
         resume_after = resumed.position if resumed else None
         outcome.resumed_after = str(resume_after) if resume_after else None
         if resume_after and job.upper and resume_after > job.upper:

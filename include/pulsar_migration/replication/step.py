@@ -42,7 +42,7 @@ def run(ctx: StepContext) -> None:
     try:
         started = time.monotonic()
         ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
-        jobs = inventory(spec, src_admin, tgt_admin, ends)
+        jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run)
         report.counts["partitions"] = len(jobs)
         report.counts["topics"] = len({job.base_topic for job in jobs})
         report.details["inventory_s"] = round(time.monotonic() - started, 3)
@@ -70,14 +70,18 @@ def run(ctx: StepContext) -> None:
 # -- inventory ---------------------------------------------------------------------------------------
 
 def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
-              ends: dict[str, posmap.MapEnd]) -> list[PartitionJob]:
+              ends: dict[str, posmap.MapEnd], *, dry_run: bool = False) -> list[PartitionJob]:
     """One job per source partition (non-partitioned topics are one), with the source's last entry now.
-    Fails before anything is written when a topic is missing or shaped differently on the target."""
+    Fails before anything is written when a topic is missing or shaped differently on the target; a dry
+    run (e.g. of the whole migration, before sync_metadata really ran) plans such topics as empty."""
     source = read_layout(src_admin, spec, must_exist=True)
     target = read_layout(tgt_admin, spec, must_exist=False)
     target_topics = {t.local: t.partitioned for t in target.topics}
     refs = []
     for ref in source.topics:
+        if ref.local not in target_topics and dry_run:
+            refs.append(ref)
+            continue
         if ref.local not in target_topics:
             raise ReplicationError(f"topic {ref.local} of tenant '{spec.tenant}' does not exist on the target "
                                    f"{spec.target}: run sync_metadata first (it may have been created since)")
@@ -92,6 +96,8 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
             return [(name, ref.local, -1)]
         path = src_admin.topic_path(name)
         count = int(src_admin.get(f"{path}/partitions")["partitions"])
+        if ref.local not in target_topics:
+            return [(f"{name}-partition-{i}", ref.local, i) for i in range(count)]
         have = int(tgt_admin.get(tgt_admin.topic_path(name) + "/partitions")["partitions"])
         if have < count:
             raise ReplicationError(f"topic {ref.local} has {count} partitions on the source but {have} on the "
@@ -107,7 +113,8 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
         upper = Position(int(last["ledgerId"]), int(last["entryId"])) if int(last.get("entryId", -1)) >= 0 \
             and int(last.get("ledgerId", -1)) >= 0 else None
         end = ends.get(topic)
-        return PartitionJob(topic, local, index, upper, (end.target, end.source) if end else None)
+        return PartitionJob(topic, local, index, upper, (end.target, end.source) if end else None,
+                            target_exists=local in target_topics)
 
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
