@@ -350,3 +350,49 @@ def test_kill_mid_copy_then_rerun_loses_and_doubles_nothing(
         assert rep["counts"]["mapped_entries"] == total
     finally:
         cleanup(tenant, admin_a, admin_b)
+
+
+def test_source_topic_deleted_mid_copy_fails_with_one_line(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A source topic force-deleted while it is copied: one clear line naming it, exit 1; the re-run (the topic
+    no longer exists on the source) succeeds and copies nothing."""
+    import threading
+
+    tenant = unique("it-copy-gone")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    admin_a.post(f"/namespaces/{tenant}/ns/autoTopicCreation", {"allowAutoTopicCreation": False})
+    admin_a.put(f"/persistent/{tenant}/ns/doomed")
+    topic = f"persistent://{tenant}/ns/doomed"
+    c = client(cluster_a)
+    p = c.create_producer(topic, block_if_queue_full=True)
+    for i in range(40_000):
+        p.send_async(f"m-{i:06d}".encode() * 8, None)
+    p.flush()
+    c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                      options={"delayed_delivery_horizon_s": 0, "copy_max_in_flight": 200})
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        result: dict[str, int] = {}
+        worker = threading.Thread(target=lambda: result.update(code=step(spec, tmp_path / "run")))
+        worker.start()
+        deadline = time.monotonic() + 120
+        deleted = False
+        while worker.is_alive() and time.monotonic() < deadline:
+            if admin_b.get(f"/persistent/{tenant}/ns/doomed/stats")["msgInCounter"] >= 2000:
+                admin_a.delete(f"/persistent/{tenant}/ns/doomed", params={"force": "true"})
+                deleted = True
+                break
+            time.sleep(0.05)
+        worker.join(timeout=300)
+        assert deleted, "the copy finished before the topic could be deleted"
+        assert result["code"] == 1
+        line = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()][-1]
+        assert line.startswith("error: replicate_topics: ") and "ns/doomed" in line
+        assert step(spec, tmp_path / "rerun") == 0
+        assert report(tmp_path / "rerun")["counts"]["partitions"] == 0
+    finally:
+        cleanup(tenant, admin_a, admin_b)

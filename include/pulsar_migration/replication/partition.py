@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
 from pulsar_migration.replication.content import (
     SOURCE_PUBLISH_TIME_PROPERTY,
@@ -257,6 +257,7 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
                         outcome.copied_bytes += message._message.length()
                         continue
                     sender.send(message, info, schema_version_of(message))
+            check_source_intact(src_admin, job)
             if sender is not None:
                 sender.drain()
                 stats = sender.stats
@@ -310,6 +311,20 @@ def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
         outcome.fail(f"{outcome.topic}: {len(shape_errors)} entry-shape error(s), first: {shape_errors[0]}")
     if outcome.receipts_digest != outcome.target_pairs_digest:
         outcome.fail(f"{outcome.topic}: send receipts ({outcome.receipts}) do not match the entries read back")
+
+
+def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
+    """A reader of a deleted topic just runs dry (and may auto-create it again, empty): after reading, the
+    source must still hold the run's bound, or the copy would look complete while it is not."""
+    if job.upper is None:
+        return
+    try:
+        last = admin.last_message_id(job.topic)
+    except NotFound:
+        raise ReadError(f"{job.topic} was deleted on the source during the run") from None
+    if Position(int(last.get("ledgerId", -1)), int(last.get("entryId", -1))) < job.upper:
+        raise ReadError(f"{job.topic} on the source ends before this run's bound {job.upper}: it was deleted or "
+                        "truncated during the run")
 
 
 def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
