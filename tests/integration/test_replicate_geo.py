@@ -32,8 +32,8 @@ def client(cluster: LocalCluster) -> pulsar.Client:
     return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
 
 
-def step(spec: Path, run_dir: Path) -> int:
-    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
+def step(spec: Path, run_dir: Path, *extra: str) -> int:
+    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
 
 
 def report(run_dir: Path) -> dict[str, Any]:
@@ -139,11 +139,22 @@ def test_geo_replicates_backlog_then_maps_only_new_entries(
     run_dir = tmp_path / "run"
     assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
 
+    # A dry run plans from the source and turns nothing on.
+    assert step(spec, tmp_path / "dry", "--dry-run") == 0
+    assert report(tmp_path / "dry")["verdict"] == "planned"
+    # Without retention the source trims what every cursor passed, the replicator's too (the unload's ledger
+    # roll does it at once): nothing would be left to verify against, so the step refuses up front.
+    assert step(spec, tmp_path / "no-retention") == 1
+    assert "retention" in report(tmp_path / "no-retention")["error"]
+    assert admin_a.get(f"/namespaces/{tenant}/ns/replication") == [cluster_a.name]
+    assert "pulsar.repl.cluster-b" not in admin_a.get(f"{admin_a.topic_path(topics[2])}/internalStats")["cursors"]
+    admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+
     assert step(spec, run_dir) == 0
     first = report(run_dir)
     geo = first["details"]["geo"]
-    log.info("geo run 1: prepare %ss, first arrival %ss after unload, caught up %ss after unload",
-             geo["prepare_s"], geo["first_arrival_s"], geo["wait_s"])
+    log.info("geo run 1: prepare %ss; after the policy change: unload %ss, first arrival %ss, caught up %ss",
+             geo["prepare_s"], geo["unload_after_s"], geo["first_arrival_s"], geo["wait_s"])
     counts = first["counts"]
     assert first["verdict"] == "ok" and first["details"]["mode"] == "geo"
     assert counts["partitions"] == 3 and counts["partitions_failed"] == 0
@@ -212,3 +223,20 @@ def test_geo_replicates_backlog_then_maps_only_new_entries(
         assert len(new) == second_entries
         last_old = max((r.source_ledger, r.source_entry) for r in rows if r.topic == topic)
         assert all((r.source_ledger, r.source_entry) > last_old for r in new)
+
+    # Something on the target that did not come from the source breaks the 1:1 pairing: the step fails, names
+    # the partition, and maps nothing for it.
+    c = client(cluster_b)
+    try:
+        c.create_producer(topics[2]).send(b"written on the target")
+    finally:
+        c.close()
+    produce(cluster_a, topics, "r3", 1, [])
+    assert step(spec, run_dir) == 1
+    third = report(run_dir)
+    assert third["verdict"] == "failed" and third["counts"]["partitions_failed"] == 1
+    assert third["details"]["failures"][0]["topic"] == topics[2]
+    failed = next(p for p in third["details"]["partitions"] if p["topic"] == topics[2])
+    assert any("was not replicated" in problem for problem in failed["problems"]), failed["problems"]
+    rows3 = spark.read.parquet(str(run_dir / POSITION_MAP_DATASET)).collect()
+    assert len(rows3) == len(rows2) + 2 and not [r for r in rows3 if r.topic == topics[2] and r not in rows2]

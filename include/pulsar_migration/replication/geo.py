@@ -38,6 +38,10 @@ REPLICATOR_PREFIX = "pulsar.repl."
 POLL_S = 0.5
 # A replicator missing from a partition's stats this long after the unload gets one more unload.
 REPLICATOR_START_GRACE_S = 30.0
+# How long the target may still be short once the source's replicator cursor says everything was delivered.
+SETTLE_S = 5.0
+# Reads of the source range that may stop short of its bound before the step gives up on reaching it.
+SOURCE_READ_ATTEMPTS = 3
 # Batched target entries whose source position is checked through the admin entry endpoint, per partition.
 HEADER_SAMPLES = 5
 
@@ -63,11 +67,17 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
     for job in jobs:
         by_ns.setdefault(job.local.split("/", 1)[0], []).append(job)
     _check_allowed(spec, src_admin, sorted(by_ns))
+    _check_retention(spec, src_admin, jobs)
 
     done: dict[str, Any] = {"namespaces_changed": [], "replication_clusters": {}, "target_replication_clusters": {},
                             "cursors_created": [], "partitions_unloaded": [], "unselected_topics_replicated": []}
     to_unload: list[PartitionJob] = []
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
+        # What the target held before: the first arrival is timed from the first change that can start a
+        # replicator (on 4.0.8 the policy change alone does, with a cursor created just before).
+        baseline = dict(zip([j.topic for j in jobs], pool.map(lambda j: _last_entry(tgt_admin, j.topic), jobs),
+                            strict=True))
+        enabled_at = 0.0
         for ns, ns_jobs in sorted(by_ns.items()):
             path = f"/namespaces/{tenant}/{seg(ns)}/replication"
             clusters = list(src_admin.get(path) or [])
@@ -77,6 +87,7 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             done["cursors_created"].extend(created)
             if spec.target not in clusters:
                 union = [*clusters, spec.target]
+                enabled_at = enabled_at or time.monotonic()
                 src_admin.post(path, union)
                 done["namespaces_changed"].append(ns)
                 clusters = list(src_admin.get(path) or [])
@@ -94,14 +105,33 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             log.warning("namespace-level replication also replicates %d unselected topic(s) from now on "
                         "(no backlog): %s", len(done["unselected_topics_replicated"]),
                         ", ".join(done["unselected_topics_replicated"][:10]))
-        baseline = dict(zip([j.topic for j in jobs], pool.map(lambda j: _last_entry(tgt_admin, j.topic), jobs),
-                            strict=True))
         unload_at = time.monotonic()
         list(pool.map(lambda j: src_admin.put(f"{src_admin.topic_path(j.topic)}/unload"), to_unload))
         done["partitions_unloaded"] = sorted(j.topic for j in to_unload)
-        done.update(_wait_caught_up(spec, src_admin, tgt_admin, jobs, baseline, unload_at, pool))
+        done["unload_after_s"] = round(unload_at - enabled_at, 3) if enabled_at else None
+        done.update(_wait_caught_up(spec, src_admin, tgt_admin, jobs, baseline, enabled_at or unload_at, pool))
     done["prepare_s"] = round(time.monotonic() - started, 3)
     return done
+
+
+def _check_retention(spec: MigrationSpec, admin: PulsarAdmin, jobs: list[PartitionJob]) -> None:
+    """Refuses, before anything is turned on, topics whose source keeps no retention: the broker trims what
+    every cursor has passed, the replicator's included, so entries replicated and already consumed would be
+    gone before they are read back to verify (seen on 4.0.8: the unload's ledger roll trims them at once),
+    and a range that can never be verified again would block every later run."""
+    topics = sorted({job.base_topic for job in jobs})
+
+    def applied(topic: str) -> dict[str, Any]:
+        return dict(admin.get(f"{admin.topic_path(topic)}/retention", params={"applied": "true"}) or {})
+
+    with ThreadPoolExecutor(spec.admin_concurrency) as pool:
+        missing = [t for t, r in zip(topics, pool.map(applied, topics), strict=True)
+                   if not (r.get("retentionTimeInMinutes") and r.get("retentionSizeInMB"))]
+    if missing:
+        names = ", ".join(t.split("://", 1)[-1] for t in missing[:5])
+        raise GeoError(f"geo mode verifies by reading the source after Pulsar replicated it, but {len(missing)} "
+                       f"topic(s) keep no retention on {spec.source} ({names}{', ...' if len(missing) > 5 else ''}): "
+                       "set a retention policy on their namespace(s) for the migration, e.g. 1 day / -1 MB")
 
 
 def _check_allowed(spec: MigrationSpec, admin: PulsarAdmin, namespaces: list[str]) -> None:
@@ -166,8 +196,15 @@ def replicated_position(headers: dict[str, str]) -> Position | None:
 
 def _caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, job: PartitionJob,
                status: dict[str, Any]) -> bool:
-    """Judged on the target first (its last entry names the source entry it came from), then by the source's
-    replicator cursor; the source's backlog counter alone can stay stale after everything arrived."""
+    """Replication must run on the partition (its replicator in the source's stats; asking also loads a
+    topic the unload closed). Arrival is judged on the target first (its last entry names the source entry
+    it came from), then by the replicator's cursor: the source's backlog counter can stay stale."""
+    stats = _replicator_stats(src_admin, job.topic, spec.target)
+    status["replicator"] = stats is not None
+    if stats is None:
+        return False
+    status["backlog"] = stats.get("replicationBacklog")
+    status["connected"] = stats.get("connected")
     if job.upper is None or (job.map_end is not None and job.map_end[1] >= job.upper):
         return True
     last = _last_entry(tgt_admin, job.topic)
@@ -177,17 +214,17 @@ def _caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdm
         status["target_last_from"] = str(source) if source else None
         if source is not None and source >= job.upper:
             return True
-    stats = _replicator_stats(src_admin, job.topic, spec.target)
-    status["replicator"] = stats is not None
-    if stats is None:
-        return False
-    status["backlog"] = stats.get("replicationBacklog")
-    status["connected"] = stats.get("connected")
     if stats.get("replicationBacklog") != 0:
         return False
-    cursors = src_admin.get(f"{src_admin.topic_path(job.topic)}/internalStats").get("cursors") or {}
-    mark = (cursors.get(cursor_name(spec.target)) or {}).get("markDeletePosition")
-    return bool(mark) and Position.parse(mark) >= job.upper
+    mark = replicator_mark(src_admin, job.topic, spec.target)
+    return mark is not None and mark >= job.upper
+
+
+def replicator_mark(admin: PulsarAdmin, topic: str, target: str) -> Position | None:
+    """The source entry up to which the target confirmed every replicated entry (None: no replicator cursor)."""
+    cursors = admin.get(f"{admin.topic_path(topic)}/internalStats").get("cursors") or {}
+    mark = (cursors.get(cursor_name(target)) or {}).get("markDeletePosition")
+    return Position.parse(mark) if mark else None
 
 
 def _arrived(status: dict[str, Any], before: Position | None) -> bool:
@@ -196,9 +233,10 @@ def _arrived(status: dict[str, Any], before: Position | None) -> bool:
 
 
 def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, jobs: list[PartitionJob],
-                    baseline: dict[str, Position | None], unload_at: float, pool: ThreadPoolExecutor) -> dict[str, Any]:
-    """Polls until every partition's replication reached the job's upper bound, or fails at the geo timeout."""
-    deadline = unload_at + spec.geo_timeout_s
+                    baseline: dict[str, Position | None], since: float, pool: ThreadPoolExecutor) -> dict[str, Any]:
+    """Polls until every partition's replication reached the job's upper bound, or fails at the geo timeout
+    (counted, like the reported times, from `since`: the policy change, else the unload)."""
+    deadline = since + spec.geo_timeout_s
     pending = list(jobs)
     first_arrival_s: float | None = None
     reunloaded: set[str] = set()
@@ -208,7 +246,7 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
         results = list(pool.map(lambda c: _caught_up(spec, src_admin, tgt_admin, *c), checks))
         status = {j.topic: s for j, s in checks}
         if first_arrival_s is None and any(_arrived(s, baseline.get(t)) for t, s in status.items()):
-            first_arrival_s = round(time.monotonic() - unload_at, 3)
+            first_arrival_s = round(time.monotonic() - since, 3)
         pending = [j for j, ok in zip(pending, results, strict=True) if not ok]
         if not pending:
             break
@@ -219,15 +257,15 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
                            f"{len(pending)} partition(s) (first: {first.topic} up to {first.upper}, "
                            f"{json.dumps(status.get(first.topic, {}), sort_keys=True)})")
         for job in pending:
-            if (now - unload_at > REPLICATOR_START_GRACE_S and job.topic not in reunloaded
+            if (now - since > REPLICATOR_START_GRACE_S and job.topic not in reunloaded
                     and status.get(job.topic, {}).get("replicator") is False):
                 log.warning("no replicator to %s on %s after %.0fs: unloading it again", spec.target, job.topic,
-                            now - unload_at)
+                            now - since)
                 src_admin.put(f"{src_admin.topic_path(job.topic)}/unload")
                 reunloaded.add(job.topic)
         time.sleep(POLL_S)
-    wait_s = round(time.monotonic() - unload_at, 3)
-    log.info("replication to %s caught up on %d partition(s) %.1fs after the unload%s", spec.target, len(jobs),
+    wait_s = round(time.monotonic() - since, 3)
+    log.info("replication to %s caught up on %d partition(s) %.1fs after it was turned on%s", spec.target, len(jobs),
              wait_s, f" (first entry arrived after {first_arrival_s}s)" if first_arrival_s is not None else "")
     return {"first_arrival_s": first_arrival_s, "wait_s": wait_s, "partitions_unloaded_again": sorted(reunloaded)}
 
@@ -295,7 +333,7 @@ def read_entries(client: Any, topic: str, side: _Side, after: Position | None, u
                 finish()
                 if limit is not None and len(side.entries) >= limit:
                     return
-        if pending and until is not None:  # the range is closed: the last entry is whole
+        if pending and pending[0][1].position == until:  # the bound's entry: a batch reaches a reader whole
             finish()
     finally:
         messages.close()
@@ -307,6 +345,16 @@ def _sample(indexes: list[int], count: int) -> list[int]:
         return indexes
     step = (len(indexes) - 1) / (count - 1)
     return sorted({indexes[round(i * step)] for i in range(count)})
+
+
+def _mispaired(target: Position, origin: str, source: Position) -> str:
+    text = f"target entry {target} was replicated from {origin}, paired with source entry {source}"
+    try:
+        if Position.parse(origin) < source:
+            text += " (entries before it are gone from the source: trimmed once replicated? set a retention policy)"
+    except PositionError:
+        pass
+    return text
 
 
 def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, source: list[_Entry],
@@ -323,8 +371,7 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
         expected = {str(s.position)} | ({str(s.info.first_chunk)} if s.info.first_chunk else set())
         if t.source_property is not None:
             if t.source_property not in expected:
-                errors.append(f"target entry {t.position} was replicated from {t.source_property}, paired with "
-                              f"source entry {s.position}")
+                errors.append(_mispaired(t.position, t.source_property, s.position))
         elif not t.info.batched:
             errors.append(f"target entry {t.position} was not replicated (no {GEO_SOURCE_PROPERTY}), paired "
                           f"with source entry {s.position}")
@@ -344,12 +391,26 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
         headers = admin.entry_headers(job.topic, t.position.ledger, t.position.entry)
         origin = replicated_position(headers)
         if origin is None or origin != s.position:
-            errors.append(f"target entry {t.position} was replicated from {origin}, paired with source entry "
-                          f"{s.position}")
+            errors.append(_mispaired(t.position, str(origin), s.position))
         if headers.get("X-Pulsar-replicated-from") != spec.source:
             errors.append(f"target entry {t.position} was replicated from cluster "
                           f"{headers.get('X-Pulsar-replicated-from')!r}, not {spec.source}")
     return rows, errors, len(sampled)
+
+
+def source_shortfall(admin: PulsarAdmin, job: PartitionJob, last: Position | None) -> str | None:
+    """Why reading the source stopped before the run's bound: None when the bound is an entry no reader sees
+    (a marker, a transactional message), else the problem. A source without retention trims what every cursor,
+    the replicator's included, has passed: the range must stay readable until it is verified."""
+    assert job.upper is not None
+    try:
+        headers = admin.entry_headers(job.topic, job.upper.ledger, job.upper.entry)
+    except AdminError as exc:
+        return (f"{job.topic}: the source no longer holds this run's range up to {job.upper} (read up to {last}): "
+                f"trimmed once replicated and consumed? give the namespace a retention policy ({exc})")
+    if headers.get("X-Pulsar-marker-type") or headers.get("X-Pulsar-txnid-most-bits"):
+        return None
+    return f"{job.topic}: reading the source stopped at {last}, before this run's bound {job.upper}"
 
 
 def verify_partition(spec: MigrationSpec, job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
@@ -367,19 +428,35 @@ def verify_partition(spec: MigrationSpec, job: PartitionJob) -> tuple[PartitionO
         started = time.monotonic()
         source = _Side()
         if job.upper is not None and (map_source is None or map_source < job.upper):
-            read_entries(src_client, job.topic, source, map_source, job.upper)
+            # A reader attached while the topic reloads (after prepare's unload) can report "nothing available"
+            # at once: read on from where it stopped until the bound is reached. An entry no reader sees (a
+            # marker) at the very end of the range only costs these attempts.
+            for _ in range(SOURCE_READ_ATTEMPTS):
+                read_entries(src_client, job.topic, source, source.last or map_source, job.upper)
+                if source.last is not None and source.last >= job.upper:
+                    break
+                time.sleep(POLL_S)
+            else:
+                problem = source_shortfall(src_admin, job, source.last)
+                if problem:
+                    outcome.fail(problem)
+                    return outcome, []
         outcome.source_messages, outcome.source_entries = source.content.messages, source.content.entries
         outcome.source_bytes, outcome.source_hash = source.content.bytes, source.content.hexdigest
 
         target = _Side()
         wanted = len(source.entries)
         deadline = time.monotonic() + spec.geo_timeout_s
+        settle_until: float | None = None  # set once the source says everything was delivered
         while len(target.entries) < wanted:
             read_entries(tgt_client, job.topic, target, target.last or map_target, limit=wanted)
-            if len(target.entries) >= wanted:
+            now = time.monotonic()
+            if len(target.entries) >= wanted or now > deadline or (settle_until is not None and now > settle_until):
                 break
-            if time.monotonic() > deadline:
-                break
+            if settle_until is None and job.upper is not None:
+                mark = replicator_mark(src_admin, job.topic, spec.target)
+                if mark is not None and mark >= job.upper:
+                    settle_until = now + SETTLE_S
             time.sleep(POLL_S)
         outcome.copy_s = round(time.monotonic() - started, 3)  # reading both sides, waiting for the target
         outcome.target_messages, outcome.target_entries = target.content.messages, target.content.entries
@@ -390,8 +467,9 @@ def verify_partition(spec: MigrationSpec, job: PartitionJob) -> tuple[PartitionO
         started = time.monotonic()
         rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
         if len(target.entries) < wanted:
-            errors.insert(0, f"the target holds {len(target.entries)} of {wanted} replicated entries after "
-                             f"{spec.geo_timeout_s}s")
+            errors.insert(0, f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
+                f"although the source's replicator cursor is past {job.upper} (entries dropped on the target?)"
+                if settle_until is not None else f"after {spec.geo_timeout_s}s"))
         outcome.verify_s = round(time.monotonic() - started, 3)
         outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
         judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal
