@@ -4,9 +4,11 @@ existing backlog included, waits for it, and proves the result by reading both s
 Turning it on (driver, `prepare`): per source partition, the replicator cursor `pulsar.repl.<target>` is
 created at the earliest position unless it exists (never moved backwards), then the target is *added* to the
 namespace's replication clusters (never removing one: that deletes topics by cascade), then the partitions
-whose replicator is new are unloaded, so the replicator starts from that cursor. Each cluster keeps its own
-configuration store here, so the target namespace needs nothing: its replication clusters stay as they are
-(only itself), and replicated messages are accepted because the tenant allows the source cluster.
+whose replicator is new are unloaded. On 4.0.8 the policy change alone already starts the replicator from
+the pre-created cursor; until the unload that cursor is also listed as an ordinary subscription, which
+tools reading subscriptions would take for a user's. The target needs nothing: each cluster keeps its own
+configuration store, its namespace keeps replicating to itself only, and the broker accepted replicated
+messages even when its tenant did not list the source cluster (checked on 4.0.8).
 
 Proving it (Spark task, `verify_partition`): the replicator keeps entries 1:1 and in order, so the i-th source
 entry after the map's end pairs with the i-th target entry after it. Unbatched copies show the source
