@@ -13,6 +13,8 @@ messages even when its tenant did not list the source cluster (checked on 4.0.8)
 Proving it (Spark task, `verify_partition`): the replicator keeps entries 1:1 and in order, so the i-th source
 entry after the map's end pairs with the i-th target entry after it. Unbatched copies show the source
 position as a property; batched ones only in the entry's metadata, which is sampled over the admin API.
+Seen on 4.0.8: of a chunked message only the last chunk reaches the target (readers there never assemble
+it), so a partition holding one fails here as "entries dropped on the target".
 """
 
 from __future__ import annotations
