@@ -1,6 +1,6 @@
 """Replication throughput: the replicate_topics copy vs. native geo-replication, a naive loop and the raw client limit.
 
-    .venv/bin/python -m benchmarks.replication_throughput [--mb 24] [--sizes 256,1024,16384]
+    .venv/bin/python -m benchmarks.replication_throughput [--mb 48] [--sizes 256,1024,16384]
         [--shapes batched,unbatched] [--partitions 4] [--master local[4]] [--lookup-mb 4]
 
 Against the local cluster pair (cluster-a -> cluster-b), for every data set (message size x batched or
@@ -64,7 +64,8 @@ TOPIC = "data"
 MAX_PENDING = 5000  # producers' queue; the same as the copy's default messages in flight per partition
 RECEIVER_QUEUE = 2000  # readers' queue; the same as the copy's reader
 READ_TIMEOUT_MS = 30_000
-GEO_POLL_S = 0.2
+GEO_POLL_S = 0.1
+RETENTION = {"retentionTimeInMinutes": 120, "retentionSizeInMB": 4096}
 CLEANUP_WAIT_S = 30.0
 MB = 1e6
 
@@ -123,6 +124,10 @@ class Tenants:
                 continue
             admin.put(f"/tenants/{seg(tenant)}", {"adminRoles": [], "allowedClusters": allowed})
             admin.put(f"/namespaces/{seg(tenant)}/{NAMESPACE}")
+            if admin is self.source:
+                # No subscription holds the data sets (readers and the replicator cursor come later): without
+                # retention a ledger roll could trim them first.
+                admin.post(f"/namespaces/{seg(tenant)}/{NAMESPACE}/retention", RETENTION)
             admin.put(f"/persistent/{seg(tenant)}/{NAMESPACE}/{TOPIC}/partitions", partitions)
         return tenant
 
@@ -308,6 +313,12 @@ def method_geo(ds: DataSet, payloads: list[bytes], tenant: str, src: PulsarAdmin
         time.sleep(GEO_POLL_S)
     done = time.monotonic()
     first = first or done
+    # What the source's replicator stats said at that moment (they can lag behind the target).
+    stats = src.get(f"{base}/partitioned-stats", params={"perPartition": "true"})
+    out["source_replicator_at_done"] = {
+        name.rsplit("-", 1)[1]: {k: (p.get("replication") or {}).get(TARGET.name, {}).get(k)
+                                 for k in ("replicationBacklog", "connected")}
+        for name, p in sorted((stats.get("partitions") or {}).items())}
     out["target_entries"] = sum(have)
     out["first_entry_s"] = round(first - started, 3)
     out["catch_up"] = rate(ds.messages, ds.bytes, done - started)
@@ -596,7 +607,7 @@ def _csv(kind: type, allowed: tuple[Any, ...] | None = None) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.replication_throughput",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=float, default=24.0, help="payload MB (10^6 bytes) per data set (default 24)")
+    parser.add_argument("--mb", type=float, default=48.0, help="payload MB (10^6 bytes) per data set (default 48)")
     parser.add_argument("--messages", type=int, default=None, help="messages per data set (overrides --mb)")
     parser.add_argument("--sizes", type=_csv(int), default=[256, 1024, 16384],
                         help="message sizes in bytes, >= 8 (default 256,1024,16384)")
@@ -613,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="its payload MB (default 4; 0 = skip; --messages applies too)")
     parser.add_argument("--geo-timeout", type=float, default=600.0, help="seconds to wait for geo catch-up")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="where specs and step run dirs go (default: a new temporary directory, kept)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
@@ -644,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
         "reader_receiver_queue": RECEIVER_QUEUE, "loadavg_start": os.getloadavg(), "datasets": [],
     }
     tenants = Tenants(src_admin, tgt_admin)
-    work = Path(tempfile.mkdtemp(prefix="replication-throughput-"))
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="replication-throughput-"))
+    work.mkdir(parents=True, exist_ok=True)
     spark, owned = None, False
     try:
         if "copy" in args.methods:
@@ -663,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if spark is not None and owned:
             spark.stop()
+        result["tenants"] = sorted({created[0] for created in tenants.created})
         if not args.keep:
             result["cleanup_s"] = tenants.cleanup()
         src_admin.close()

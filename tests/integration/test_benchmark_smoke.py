@@ -1,0 +1,48 @@
+"""A tiny run of benchmarks/replication_throughput.py so the harness cannot rot: every method on a few hundred
+messages of one size, output into tmp_path (never benchmarks/results/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pyspark.sql import SparkSession
+
+from benchmarks import replication_throughput as bench
+
+
+def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluster, cluster_b: LocalCluster,
+                                                          admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+                                                          spark: SparkSession, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # The harness talks to the default local pair; make sure the fixtures' clusters are those.
+    assert (cluster_a.admin_url, cluster_a.service_url) == (bench.SOURCE.admin_url, bench.SOURCE.service_url)
+    assert (cluster_b.admin_url, cluster_b.service_url) == (bench.TARGET.admin_url, bench.TARGET.service_url)
+
+    code = bench.main(["--messages", "300", "--sizes", "1024", "--shapes", "batched", "--lookup-mb", "0",
+                       "--partitions", "2", "--geo-timeout", "60", "--out-dir", str(tmp_path),
+                       "--work-dir", str(tmp_path / "work")])
+
+    assert code == 0
+    [out] = tmp_path.glob("replication_throughput-*.json")
+    assert (tmp_path / "work").is_dir()
+    assert out.with_suffix(".png").stat().st_size > 0
+    result = json.loads(out.read_text())
+    [ds] = result["datasets"]
+    assert (ds["size"], ds["batched"], ds["messages"]) == (1024, True, 300)
+    assert set(ds["methods"]) == {"raw", "geo", "copy", "naive"}
+    for name, method in ds["methods"].items():
+        assert method["msgs_per_s"] > 0 and method["mb_per_s"] > 0, name
+    assert ds["methods"]["copy"]["copied_messages"] == 300
+    assert ds["methods"]["copy"]["step_wall"]["mb_per_s"] > 0
+    assert ds["methods"]["geo"]["target_entries"] == ds["methods"]["geo"]["source_entries"] > 0
+    for key in ("produce", "consume", "pipeline"):
+        assert ds["methods"]["raw"][key]["msgs_per_s"] > 0, key
+    assert ds["ratios"]["copy_phase_vs_geo"] > 0 and ds["ratios"]["copy_phase_vs_raw_pipeline"] > 0
+    assert "| 1024B-batched | 300 |" in capsys.readouterr().out
+    # Every tenant the run created is gone from both clusters.
+    assert result["tenants"]
+    assert not set(result["tenants"]) & (set(admin_a.get("/tenants")) | set(admin_b.get("/tenants")))
