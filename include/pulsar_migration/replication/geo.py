@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +29,14 @@ from typing import Any
 from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
-from pulsar_migration.replication.partition import OK, PartitionJob, PartitionOutcome, judge, lag_after
+from pulsar_migration.replication.partition import (
+    PartitionJob,
+    PartitionOutcome,
+    PartitionTask,
+    judge,
+    lag_after,
+    run_partition,
+)
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.spec import MigrationSpec
@@ -420,77 +426,62 @@ def source_shortfall(admin: PulsarAdmin, job: PartitionJob, last: Position | Non
 def verify_partition(spec: MigrationSpec, job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
     """Reads the source range and as many target entries after the map's end, waiting (up to the geo timeout)
     while the target is short; pairs and checks them. Never raises: failures are in the outcome."""
-    outcome = PartitionOutcome(job.topic, job.local, job.partition)
-    map_target, map_source = job.map_end if job.map_end else (None, None)
-    outcome.range_from = str(map_source) if map_source else None
-    outcome.range_to = str(job.upper) if job.upper else None
-    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
-    src_client = spec.source_cluster.pulsar_client()
-    tgt_client = spec.target_cluster.pulsar_client()
-    rows: list[MapRow] = []
-    try:
-        started = time.monotonic()
-        source = _Side()
-        if job.upper is not None and (map_source is None or map_source < job.upper):
-            # A reader attached while the topic reloads (after prepare's unload) can report "nothing available"
-            # at once: read on from where it stopped until the bound is reached. An entry no reader sees (a
-            # marker) at the very end of the range only costs these attempts.
-            for _ in range(SOURCE_READ_ATTEMPTS):
-                read_entries(src_client, job.topic, source, source.last or map_source, job.upper)
-                if source.last is not None and source.last >= job.upper:
-                    break
-                time.sleep(POLL_S)
-            else:
-                problem = source_shortfall(src_admin, job, source.last)
-                if problem:
-                    outcome.fail(problem)
-                    return outcome, []
-        outcome.source_messages, outcome.source_entries = source.content.messages, source.content.entries
-        outcome.source_bytes, outcome.source_hash = source.content.bytes, source.content.hexdigest
+    return run_partition(spec, job, lambda task: _verify(spec, task), (ReadError, PositionError, AdminError))
 
-        target = _Side()
-        wanted = len(source.entries)
-        deadline = time.monotonic() + spec.geo_timeout_s
-        settle_until: float | None = None  # set once the source says everything was delivered
-        while len(target.entries) < wanted:
-            read_entries(tgt_client, job.topic, target, target.last or map_target, limit=wanted)
-            now = time.monotonic()
-            if len(target.entries) >= wanted or now > deadline or (settle_until is not None and now > settle_until):
+
+def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
+    job, outcome = task.job, task.outcome
+    src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
+    map_target, map_source = task.map_target, task.map_source
+    started = time.monotonic()
+    source = _Side()
+    if job.upper is not None and (map_source is None or map_source < job.upper):
+        # A reader attached while the topic reloads (after prepare's unload) can report "nothing available"
+        # at once: read on from where it stopped until the bound is reached. An entry no reader sees (a
+        # marker) at the very end of the range only costs these attempts.
+        for _ in range(SOURCE_READ_ATTEMPTS):
+            read_entries(src_client, job.topic, source, source.last or map_source, job.upper)
+            if source.last is not None and source.last >= job.upper:
                 break
-            if settle_until is None and job.upper is not None:
-                mark = replicator_mark(src_admin, job.topic, spec.target)
-                if mark is not None and mark >= job.upper:
-                    settle_until = now + SETTLE_S
             time.sleep(POLL_S)
-        outcome.copy_s = round(time.monotonic() - started, 3)  # reading both sides, waiting for the target
-        outcome.target_messages, outcome.target_entries = target.content.messages, target.content.entries
-        outcome.target_hash = target.content.hexdigest
-        outcome.copied_messages, outcome.copied_entries = target.content.messages, target.content.entries
-        outcome.copied_bytes = target.content.bytes
+        else:
+            problem = source_shortfall(src_admin, job, source.last)
+            if problem:
+                outcome.fail(problem)
+                return []
+    outcome.source_messages, outcome.source_entries = source.content.messages, source.content.entries
+    outcome.source_bytes, outcome.source_hash = source.content.bytes, source.content.hexdigest
 
-        started = time.monotonic()
-        rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
-        if len(target.entries) < wanted:
-            errors.insert(0, f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
-                f"although the source's replicator cursor is past {job.upper} (entries dropped on the target?)"
-                if settle_until is not None else f"after {spec.geo_timeout_s}s"))
-        outcome.verify_s = round(time.monotonic() - started, 3)
-        outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
-        judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal
-        outcome.lag_entries = lag_after(src_admin, job)
-    except (ReadError, PositionError, AdminError) as exc:
-        outcome.fail(str(exc))
-    except Exception as exc:  # one line per partition; the driver turns them into the step's error
-        log.warning("partition %s failed", job.topic, exc_info=True)
-        outcome.fail(f"{type(exc).__name__}: {exc}")
-    finally:
-        _close_all((src_client, tgt_client, src_admin, tgt_admin))
-    return outcome, rows if outcome.status == OK else []
+    target = _Side()
+    wanted = len(source.entries)
+    deadline = time.monotonic() + spec.geo_timeout_s
+    settle_until: float | None = None  # set once the source says everything was delivered
+    while len(target.entries) < wanted:
+        read_entries(tgt_client, job.topic, target, target.last or map_target, limit=wanted)
+        now = time.monotonic()
+        if len(target.entries) >= wanted or now > deadline or (settle_until is not None and now > settle_until):
+            break
+        if settle_until is None and job.upper is not None:
+            mark = replicator_mark(src_admin, job.topic, spec.target)
+            if mark is not None and mark >= job.upper:
+                settle_until = now + SETTLE_S
+        time.sleep(POLL_S)
+    outcome.copy_s = round(time.monotonic() - started, 3)  # reading both sides, waiting for the target
+    outcome.target_messages, outcome.target_entries = target.content.messages, target.content.entries
+    outcome.target_hash = target.content.hexdigest
+    outcome.copied_messages, outcome.copied_entries = target.content.messages, target.content.entries
+    outcome.copied_bytes = target.content.bytes
+
+    started = time.monotonic()
+    rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
+    if len(target.entries) < wanted:
+        errors.insert(0, f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
+            f"although the source's replicator cursor is past {job.upper} (entries dropped on the target?)"
+            if settle_until is not None else f"after {spec.geo_timeout_s}s"))
+    outcome.verify_s = round(time.monotonic() - started, 3)
+    outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
+    judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal
+    outcome.lag_entries = lag_after(src_admin, job)
+    return rows
 
 
-def _close_all(closables: Iterable[Any]) -> None:
-    for closable in closables:
-        try:
-            closable.close()
-        except Exception:
-            log.debug("close failed", exc_info=True)

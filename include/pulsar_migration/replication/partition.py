@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -216,11 +217,33 @@ def delivery_time_lookup(admin: PulsarAdmin, topic: str, horizon_s: int, outcome
     return lookup
 
 
-def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
-                   delivery_horizon_s: int) -> tuple[PartitionOutcome, list[MapRow]]:
-    """Copies one partition and verifies it; never raises (failures are in the outcome)."""
+@dataclass
+class PartitionTask:
+    """What one partition's work needs: its outcome, both clusters' admin and data clients, the map's end."""
+
+    job: PartitionJob
+    outcome: PartitionOutcome
+    src_admin: PulsarAdmin
+    tgt_admin: PulsarAdmin
+    src_client: Any
+    tgt_client: Any
+
+    @property
+    def map_target(self) -> Position | None:
+        return self.job.map_end[0] if self.job.map_end else None
+
+    @property
+    def map_source(self) -> Position | None:
+        return self.job.map_end[1] if self.job.map_end else None
+
+
+def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[PartitionTask], list[MapRow]],
+                  expected: tuple[type[Exception], ...]) -> tuple[PartitionOutcome, list[MapRow]]:
+    """The frame of every partition task (copy or geo): opens the clients, runs `body` (which returns the map
+    rows), turns failures into the outcome (an `expected` error is its own line), closes everything.
+    Never raises; rows are returned only for a partition that verified."""
     outcome = PartitionOutcome(job.topic, job.local, job.partition)
-    map_target, map_source = job.map_end if job.map_end else (None, None)
+    map_source = job.map_end[1] if job.map_end else None
     outcome.range_from = str(map_source) if map_source else None
     outcome.range_to = str(job.upper) if job.upper else None
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
@@ -228,63 +251,8 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
     tgt_client = spec.target_cluster.pulsar_client()
     rows: list[MapRow] = []
     try:
-        resumed = last_copied(tgt_admin, tgt_client, job.topic) if job.target_exists else None
-        resume_after = resumed.position if resumed else None
-        outcome.resumed_after = str(resume_after) if resume_after else None
-        if resume_after and job.upper and resume_after > job.upper:
-            resume_after = job.upper  # the target is ahead of this run's bound: nothing to send
-        receipts = PairDigest()
-
-        def on_receipt(tag: SourceTag, target: MessageIdInfo) -> None:
-            receipts.add(tag.position, target.position)
-
-        started = time.monotonic()
-        source_hash = ContentHash()
-        sender = None if dry_run else EntrySender(
-            tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
-            deliver_at_for=delivery_time_lookup(src_admin, job.topic, delivery_horizon_s, outcome),
-            on_receipt=on_receipt)
-        try:
-            if job.upper is not None:
-                for message, info in read_range(src_client, job.topic, map_source, job.upper):
-                    source_hash.add(message, new_entry=info.batch_index <= 0)
-                    if resume_after is not None and info.position <= resume_after:
-                        outcome.skipped_messages += 1
-                        continue
-                    if sender is None:
-                        outcome.copied_messages += 1
-                        outcome.copied_entries += info.batch_index <= 0
-                        outcome.copied_bytes += message._message.length()
-                        continue
-                    sender.send(message, info, schema_version_of(message))
-            check_source_intact(src_admin, job)
-            if sender is not None:
-                sender.drain()
-                stats = sender.stats
-                outcome.copied_messages, outcome.copied_entries = stats.messages, stats.entries
-                outcome.copied_bytes, outcome.deduplicated = stats.bytes, stats.deduplicated
-                outcome.delayed_messages = stats.delayed
-        finally:
-            if sender is not None:
-                sender.close()
-        outcome.copy_s = round(time.monotonic() - started, 3)
-        outcome.source_messages, outcome.source_entries = source_hash.messages, source_hash.entries
-        outcome.source_bytes, outcome.source_hash = source_hash.bytes, source_hash.hexdigest
-        outcome.receipts, outcome.receipts_digest = receipts.count, receipts.hexdigest
-        if dry_run:
-            outcome.status = PLANNED
-            return outcome, []
-
-        started = time.monotonic()
-        scan = scan_copied_target(tgt_client, job, map_target, resume_after)
-        outcome.verify_s = round(time.monotonic() - started, 3)
-        rows = scan.rows
-        outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
-        outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
-        outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
-        judge(outcome, scan.shape_errors)
-        outcome.lag_entries = lag_after(src_admin, job)
-    except (ReadError, SendError, PositionError) as exc:
+        rows = body(PartitionTask(job, outcome, src_admin, tgt_admin, src_client, tgt_client))
+    except expected as exc:
         outcome.fail(str(exc))
     except Exception as exc:  # one line per partition; the driver turns them into the step's error
         log.warning("partition %s failed", job.topic, exc_info=True)
@@ -296,6 +264,75 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
             except Exception:
                 log.debug("close failed", exc_info=True)
     return outcome, rows if outcome.status == OK else []
+
+
+def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
+                   delivery_horizon_s: int) -> tuple[PartitionOutcome, list[MapRow]]:
+    """Copies one partition and verifies it; never raises (failures are in the outcome)."""
+    return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
+                         (ReadError, SendError, PositionError))
+
+
+def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
+    job, outcome = task.job, task.outcome
+    src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
+    map_target, map_source = task.map_target, task.map_source
+    resumed = last_copied(tgt_admin, tgt_client, job.topic) if job.target_exists else None
+    resume_after = resumed.position if resumed else None
+    outcome.resumed_after = str(resume_after) if resume_after else None
+    if resume_after and job.upper and resume_after > job.upper:
+        resume_after = job.upper  # the target is ahead of this run's bound: nothing to send
+    receipts = PairDigest()
+
+    def on_receipt(tag: SourceTag, target: MessageIdInfo) -> None:
+        receipts.add(tag.position, target.position)
+
+    started = time.monotonic()
+    source_hash = ContentHash()
+    sender = None if dry_run else EntrySender(
+        tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
+        deliver_at_for=delivery_time_lookup(src_admin, job.topic, delivery_horizon_s, outcome),
+        on_receipt=on_receipt)
+    try:
+        if job.upper is not None:
+            for message, info in read_range(src_client, job.topic, map_source, job.upper):
+                source_hash.add(message, new_entry=info.batch_index <= 0)
+                if resume_after is not None and info.position <= resume_after:
+                    outcome.skipped_messages += 1
+                    continue
+                if sender is None:
+                    outcome.copied_messages += 1
+                    outcome.copied_entries += info.batch_index <= 0
+                    outcome.copied_bytes += message._message.length()
+                    continue
+                sender.send(message, info, schema_version_of(message))
+        check_source_intact(src_admin, job)
+        if sender is not None:
+            sender.drain()
+            stats = sender.stats
+            outcome.copied_messages, outcome.copied_entries = stats.messages, stats.entries
+            outcome.copied_bytes, outcome.deduplicated = stats.bytes, stats.deduplicated
+            outcome.delayed_messages = stats.delayed
+    finally:
+        if sender is not None:
+            sender.close()
+    outcome.copy_s = round(time.monotonic() - started, 3)
+    outcome.source_messages, outcome.source_entries = source_hash.messages, source_hash.entries
+    outcome.source_bytes, outcome.source_hash = source_hash.bytes, source_hash.hexdigest
+    outcome.receipts, outcome.receipts_digest = receipts.count, receipts.hexdigest
+    if dry_run:
+        outcome.status = PLANNED
+        return []
+
+    started = time.monotonic()
+    scan = scan_copied_target(tgt_client, job, map_target, resume_after)
+    outcome.verify_s = round(time.monotonic() - started, 3)
+    outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
+    outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
+    outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
+    judge(outcome, scan.shape_errors)
+    outcome.lag_entries = lag_after(src_admin, job)
+    return scan.rows
 
 
 def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
