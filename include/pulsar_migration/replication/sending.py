@@ -102,8 +102,8 @@ class EntrySender:
 
     `schema_for(version)` returns the schema object to register for a source schema version;
     `deliver_at_for(message, info)` the delivery time (ms) of an unbatched message, or None.
-    `on_receipt(source_tag, target_info)` is called (from a client thread) for the first message of
-    every copied entry once the target stored it.
+    `on_receipt(source_tag, target_info)` is called (from a client thread) once per copied entry, when the
+    target stored it.
     """
 
     def __init__(self, client: Any, topic: str, *, max_in_flight: int,
@@ -189,7 +189,11 @@ class EntrySender:
                 builder.deliver_at(deliver_at)
                 self.stats.delayed += 1
         size = native.length()
-        producer._producer.send_async(builder.build(), lambda res, mid: self._receipt(tag, first_of_entry, res, mid))
+        # A batch is stored or refused whole: one receipt per entry (its last message) is enough, and a Python
+        # callback per message would cost more than the copy itself.
+        receipt = (lambda res, mid: self._receipt(tag, info.messages_in_entry, res, mid)) if info.last_in_entry \
+            else None
+        producer._producer.send_async(builder.build(), receipt)
         with self._lock:
             self.stats.messages += 1
             self.stats.bytes += size
@@ -198,7 +202,8 @@ class EntrySender:
         if info.batched and info.last_in_entry:
             producer._producer.flush_async(lambda res: self._flushed(res))
 
-    def _receipt(self, tag: SourceTag, first_of_entry: bool, result: Any, message_id: Any) -> None:
+    def _receipt(self, tag: SourceTag, messages: int, result: Any, message_id: Any) -> None:
+        """The receipt of an entry's last message, standing for all `messages` of the entry."""
         import _pulsar
 
         try:
@@ -209,15 +214,14 @@ class EntrySender:
             target = MessageIdInfo.of(message_id)
             if target.ledger < 0:  # the broker's dedup recognised a re-send
                 with self._lock:
-                    self.stats.deduplicated += 1
+                    self.stats.deduplicated += messages
                 return
-            if first_of_entry:
-                self._on_receipt(tag, target)
+            self._on_receipt(tag, target)
         except Exception as exc:  # never let an exception escape into the client's thread
             with self._lock:
                 self.stats.errors.append(f"receipt handling on {self.topic} failed: {exc}")
         finally:
-            self._inflight.release(1)
+            self._inflight.release(messages)
 
     def _flushed(self, result: Any) -> None:
         import _pulsar
