@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -80,3 +82,13 @@ def admin_b(cluster_b: LocalCluster) -> Iterator[PulsarAdmin]:
 def unique(prefix: str) -> str:
     """A name no earlier test run used (clusters keep their data across sessions)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def spark_submit(step: str, spec: Path, run_dir: Path, **popen: object) -> subprocess.Popen[str]:
+    """`spark-submit spark_jobs/<step>.py` on local[2] in its own process group (so a test can SIGKILL the
+    driver and its Python workers together); `popen` goes to subprocess.Popen (stdout, ...)."""
+    job = Path(__file__).resolve().parents[1] / "spark_jobs" / f"{step}.py"
+    return subprocess.Popen(  # type: ignore[call-overload]
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--conf",
+         "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(run_dir)],
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable}, start_new_session=True, text=True, **popen)

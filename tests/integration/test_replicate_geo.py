@@ -11,34 +11,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pulsar
 import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication.posmap import POSITION_MAP_DATASET
-from pulsar_migration.replication.step import STEP, run
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
+from tests.integration.replication_helpers import GEO_PROPERTY, client, drain
+from tests.integration.replication_helpers import replicate as step
+from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
 
 log = logging.getLogger(__name__)
 
-GEO_PROPERTY = "__MSG_PROP_REPL_SOURCE_POSITION"
-
-
-def client(cluster: LocalCluster) -> pulsar.Client:
-    return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-
-
-def step(spec: Path, run_dir: Path, *extra: str) -> int:
-    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
-
-
-def report(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / f"{STEP}.json").read_text())
 
 
 def produce(cluster: LocalCluster, topics: list[str], tag: str, unbatched: int, batches: list[int]) -> int:
@@ -63,25 +51,6 @@ def produce(cluster: LocalCluster, topics: list[str], tag: str, unbatched: int, 
     finally:
         c.close()
     return unbatched + len(batches)
-
-
-def drain(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
-    """Every message of one partition in order, as a plain reader sees it."""
-    c = client(cluster)
-    try:
-        reader = c.create_reader(topic, pulsar.MessageId.earliest)
-        out = []
-        while reader.has_message_available():
-            m = reader.read_next(10_000)
-            mid = m.message_id()
-            props = m.properties()
-            out.append({"entry": (mid.ledger_id(), mid.entry_id()), "batch_index": mid.batch_index(),
-                        "data": m.data(), "key": m.partition_key(), "event_time": m.event_timestamp(),
-                        "props": {k: v for k, v in props.items() if k != GEO_PROPERTY},
-                        "origin": props.get(GEO_PROPERTY)})
-        return out
-    finally:
-        c.close()
 
 
 def content(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

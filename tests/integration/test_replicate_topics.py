@@ -4,11 +4,9 @@ Python client (not the library's hashing): content, order, entry shapes, deliver
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +19,16 @@ from pulsar.schema import AvroSchema, Integer, Record, String
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication.posmap import POSITION_MAP_DATASET
-from pulsar_migration.replication.step import STEP, run
+from pulsar_migration.replication.step import STEP
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
-from tests.conftest import unique
+from tests.conftest import spark_submit, unique
+from tests.integration.replication_helpers import client, drain
+from tests.integration.replication_helpers import replicate as step
+from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
 
-ADDED = ("__pm_source", "__pm_source_publish_time")
 CHUNK_BYTES = 6 * 1024 * 1024  # above the broker's 5 MiB message limit: sent as chunks
 
 
@@ -41,39 +41,6 @@ class OrderV2(Record):
     _avro_namespace = "it"
     id = Integer()
     note = String(default=None)
-
-
-def client(cluster: LocalCluster) -> pulsar.Client:
-    return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-
-
-def step(spec: Path, run_dir: Path, *extra: str) -> int:
-    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
-
-
-def report(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / f"{STEP}.json").read_text())
-
-
-def drain(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
-    """Every message of one partition in order, as a plain reader sees it."""
-    c = client(cluster)
-    try:
-        reader = c.create_reader(topic, pulsar.MessageId.earliest)
-        out = []
-        while reader.has_message_available():
-            m = reader.read_next(10_000)
-            mid = m.message_id()
-            props = m.properties()
-            out.append({
-                "entry": (mid.ledger_id(), mid.entry_id()), "batch_index": mid.batch_index(),
-                "data": m.data(), "key": m.partition_key(), "ordering_key": m.ordering_key(),
-                "props": {k: v for k, v in props.items() if k not in ADDED}, "event_time": m.event_timestamp(),
-                "schema_version": m._message.int_schema_version(), "source": props.get("__pm_source"),
-            })
-        return out
-    finally:
-        c.close()
 
 
 def shape(messages: list[dict[str, Any]]) -> list[tuple[int, bool]]:
@@ -97,6 +64,20 @@ def partitions(tenant: str, topics: dict[str, int]) -> Iterator[str]:
     for name, count in topics.items():
         base = f"persistent://{tenant}/{name}"
         yield from ([f"{base}-partition-{i}" for i in range(count)] if count else [base])
+
+
+# Copies that take seconds, so a test can interrupt them: no delivery-time lookups, a small send window.
+SLOW_COPY = {"delayed_delivery_horizon_s": 0, "copy_max_in_flight": 200}
+
+
+def produce_unbatched(cluster: LocalCluster, topic: str, count: int, keys: int = 0) -> None:
+    """`count` unbatched 80-byte messages, keyed round-robin over `keys` keys (0: no key)."""
+    c = client(cluster)
+    p = c.create_producer(topic, block_if_queue_full=True, batching_enabled=False)
+    for i in range(count):
+        p.send_async(f"m-{i:06d}".encode() * 8, None, partition_key=str(i % keys) if keys else None)
+    p.flush()
+    c.close()
 
 
 def cleanup(tenant: str, *admins: PulsarAdmin) -> None:
@@ -304,23 +285,12 @@ def test_kill_mid_copy_then_rerun_loses_and_doubles_nothing(
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
     admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
-    c = client(cluster_a)
-    p = c.create_producer(f"persistent://{tenant}/ns/t", block_if_queue_full=True, batching_enabled=False)
     total = 60_000
-    for i in range(total):
-        p.send_async(f"m-{i:06d}".encode() * 8, None, partition_key=str(i % 11))
-    p.flush()
-    c.close()
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
-                      options={"delayed_delivery_horizon_s": 0, "copy_max_in_flight": 200})
+    produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
     try:
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
-        job = Path(__file__).resolve().parents[2] / "spark_jobs" / "replicate_topics.py"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--conf",
-             "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(tmp_path / "run")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = spark_submit(STEP, spec, tmp_path / "run", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         killed_mid_copy = False
         try:
             deadline = time.monotonic() + 180
@@ -366,14 +336,8 @@ def test_source_topic_deleted_mid_copy_fails_with_one_line(
     admin_a.post(f"/namespaces/{tenant}/ns/autoTopicCreation", {"allowAutoTopicCreation": False})
     admin_a.put(f"/persistent/{tenant}/ns/doomed")
     topic = f"persistent://{tenant}/ns/doomed"
-    c = client(cluster_a)
-    p = c.create_producer(topic, block_if_queue_full=True)
-    for i in range(40_000):
-        p.send_async(f"m-{i:06d}".encode() * 8, None)
-    p.flush()
-    c.close()
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
-                      options={"delayed_delivery_horizon_s": 0, "copy_max_in_flight": 200})
+    produce_unbatched(cluster_a, topic, 40_000)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
     try:
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         result: dict[str, int] = {}

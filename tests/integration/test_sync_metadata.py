@@ -14,7 +14,7 @@ from pulsar_migration.metadata.step import PLAN_DATASET, STEP, run
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
-from tests.conftest import unique
+from tests.conftest import spark_submit, unique
 from tests.integration.tenant_builders import snapshot, write_spec
 
 
@@ -276,7 +276,6 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     from benchmarks.metadata_scale import create_source_tenant
@@ -284,13 +283,7 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
     tenant = unique("it-kill")
     layout = create_source_tenant(admin_a, tenant, [cluster_a.name], topics=400)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"admin_concurrency": 2})
-    job = Path(__file__).resolve().parents[2] / "spark_jobs" / "sync_metadata.py"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--conf",
-         "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(tmp_path / "killed")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
-    )
+    proc = spark_submit(STEP, spec, tmp_path / "killed", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     killed_during_apply = False
     try:
         assert proc.stdout is not None

@@ -1,0 +1,51 @@
+"""What the replicate_topics tests (copy and geo) share: running the step, its report, and reading a partition
+with the plain Python client, independently of the library's own reading and hashing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulsar
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.replication.step import STEP, run
+from pulsar_migration.stepjob import run_step
+
+COPY_PROPERTIES = ("__pm_source", "__pm_source_publish_time")
+GEO_PROPERTY = "__MSG_PROP_REPL_SOURCE_POSITION"
+
+
+def client(cluster: LocalCluster) -> pulsar.Client:
+    return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+
+
+def replicate(spec: Path, run_dir: Path, *extra: str) -> int:
+    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
+
+
+def replicate_report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / f"{STEP}.json").read_text())
+
+
+def drain(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
+    """Every message of one partition in order, as a plain reader sees it. `props` leaves out what replication
+    adds; `source` and `origin` hold the copy's and native geo-replication's source positions."""
+    c = client(cluster)
+    try:
+        reader = c.create_reader(topic, pulsar.MessageId.earliest)
+        out = []
+        while reader.has_message_available():
+            m = reader.read_next(10_000)
+            mid = m.message_id()
+            props = m.properties()
+            out.append({
+                "entry": (mid.ledger_id(), mid.entry_id()), "batch_index": mid.batch_index(),
+                "data": m.data(), "key": m.partition_key(), "ordering_key": m.ordering_key(),
+                "props": {k: v for k, v in props.items() if k not in (*COPY_PROPERTIES, GEO_PROPERTY)},
+                "event_time": m.event_timestamp(), "schema_version": m._message.int_schema_version(),
+                "source": props.get("__pm_source"), "origin": props.get(GEO_PROPERTY),
+            })
+        return out
+    finally:
+        c.close()
