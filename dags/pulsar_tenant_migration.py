@@ -16,7 +16,12 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    with the older backlog included and waits for it to drain. Both read the target back, compare
    counts and content hashes per partition, and append the position map (`RUN_DIR/position_map/`)
    that progress sync translates cursors with.
-4. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
+4. **sync_progress** (spark-submit) gives every durable subscription on the target exactly the
+   acknowledged set it has on the source: markDeletePosition *and* every individually acknowledged
+   message, translated entry by entry through the position map (a Spark join), applied by a cursor
+   reset plus grouped acknowledgements, then read back and compared: lost and duplicated must be 0.
+   Subscriptions already exact are left alone, so re-runs converge.
+5. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
    plan location and conflicts (XCom). It fails whenever the step did, so a failed step never leaves
    the run green.
 
@@ -28,7 +33,8 @@ without loss or duplicates), so a failed run can simply be triggered again with 
 
 RUN_DIR is `<Variable pulsar_migration_run_dir_base>/pulsar_tenant_migration/<run id>` (a relative
 base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`,
-`sync_metadata_plan/` (Parquet), `replicate_topics.json` and `position_map/` (Parquet).
+`sync_metadata_plan/` (Parquet), `replicate_topics.json`, `position_map/` (Parquet) and
+`sync_progress.json`.
 
 Connections: a Pulsar connection's host/port/schema give the admin URL; extra holds `cluster_name`,
 `service_url` and `tls`; the password, if any, is the token. Tokens reach Spark only as environment
@@ -94,6 +100,7 @@ with DAG(
     max_active_runs=1,
 ):
     spec = render_spec_task(PROJECT_ROOT)
-    # Each step chains on the previous publish task; sync_progress, switch_lookup and cleanup_source follow.
+    # Each step chains on the previous publish task; switch_lookup and cleanup_source follow.
     _, metadata_published = step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)
-    step_tasks("replicate_topics", PROJECT_ROOT, upstream=metadata_published)
+    _, replication_published = step_tasks("replicate_topics", PROJECT_ROOT, upstream=metadata_published)
+    step_tasks("sync_progress", PROJECT_ROOT, upstream=replication_published)

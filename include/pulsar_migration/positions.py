@@ -176,3 +176,44 @@ class SourceTag:
     @classmethod
     def of(cls, info: MessageIdInfo) -> SourceTag:
         return cls(info.position, info.batch_index, info.batch_size if info.batched else 0, info.first_chunk)
+
+
+@dataclass(frozen=True)
+class AckRange:
+    """Entries a cursor acknowledged past its markDeletePosition: `(lower..upper]`, lower exclusive, both in
+    the same ledger as the broker splits them (lower entry -1: from the ledger's first entry)."""
+
+    lower: Position
+    upper: Position
+
+    @property
+    def entries(self) -> range:
+        """The entry ids the range holds (upper.entry inclusive)."""
+        return range(self.lower.entry + 1, self.upper.entry + 1)
+
+    def __contains__(self, position: object) -> bool:
+        return isinstance(position, Position) and self.lower < position <= self.upper
+
+
+def parse_ack_ranges(text: str | None) -> list[AckRange]:
+    """Parses internalStats' `individuallyDeletedMessages`, e.g. `[(3:5..3:7],(4:-1..4:2]]` (spacing
+    varies; `[]` or empty: none). A range spanning ledgers (older brokers) is refused: its entries
+    cannot be listed without knowing where each ledger ends."""
+    body = (text or "").strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    ranges: list[AckRange] = []
+    for part in body.split("]"):
+        part = part.strip().lstrip(",").strip()
+        if not part:
+            continue
+        if not part.startswith("(") or ".." not in part:
+            raise PositionError(f"not an acknowledged range (L:E..L:E]: {part!r} in {text!r}")
+        lower_text, upper_text = part[1:].split("..", 1)
+        lower, upper = Position.parse(lower_text), Position.parse(upper_text)
+        if lower.ledger != upper.ledger:
+            raise PositionError(f"acknowledged range ({lower}..{upper}] spans ledgers")
+        if upper <= lower:
+            raise PositionError(f"empty acknowledged range ({lower}..{upper}]")
+        ranges.append(AckRange(lower, upper))
+    return ranges

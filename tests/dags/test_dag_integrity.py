@@ -44,13 +44,16 @@ def test_migration_dag_shape(dagbag: DagBag) -> None:
     assert not dag.timetable.can_be_scheduled and "migration" in dag.tags  # UI-triggered only
     assert dag.max_active_runs == 1  # two runs must not race on a tenant's metadata
     assert set(dag.task_dict) == {"render_spec", "sync_metadata", "publish_sync_metadata_report",
-                                  "replicate_topics", "publish_replicate_topics_report"}
+                                  "replicate_topics", "publish_replicate_topics_report", "sync_progress",
+                                  "publish_sync_progress_report"}
     assert dag.task_dict["sync_metadata"].upstream_task_ids == {"render_spec"}
     publish = dag.task_dict["publish_sync_metadata_report"]
     assert publish.upstream_task_ids == {"sync_metadata"} and publish.trigger_rule == "all_done"
     # steps run in order: each waits for the previous step's report to be published (and to say ok)
     assert dag.task_dict["replicate_topics"].upstream_task_ids == {"publish_sync_metadata_report"}
     assert dag.task_dict["publish_replicate_topics_report"].upstream_task_ids == {"replicate_topics"}
+    assert dag.task_dict["sync_progress"].upstream_task_ids == {"publish_replicate_topics_report"}
+    assert dag.task_dict["publish_sync_progress_report"].upstream_task_ids == {"sync_progress"}
 
 
 def test_pools_and_spark_connections_are_in_airflow_settings(dagbag: DagBag) -> None:

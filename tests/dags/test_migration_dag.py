@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 DAG_ID = "pulsar_tenant_migration"
 PUBLISH = "publish_sync_metadata_report"
 REPLICATE, PUBLISH_REPLICATE = "replicate_topics", "publish_replicate_topics_report"
+PROGRESS, PUBLISH_PROGRESS = "sync_progress", "publish_sync_progress_report"
 
 
 def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
@@ -83,7 +84,8 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
 
         assert dag_run.state == "success", states
         assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success",
-                          REPLICATE: "success", PUBLISH_REPLICATE: "success"}
+                          REPLICATE: "success", PUBLISH_REPLICATE: "success", PROGRESS: "success",
+                          PUBLISH_PROGRESS: "success"}
         source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
         # replicate_topics turns deduplication on for the target's namespaces (exactly-once copies and
         # client re-sends); everything else is as on the source
@@ -94,6 +96,9 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         assert sorted(target["namespaces"]) == built["namespaces"]
         replicated = xcom(dag_run, PUBLISH_REPLICATE)
         assert replicated["verdict"] == "ok" and replicated["counts"]["partitions_failed"] == 0
+        progressed = xcom(dag_run, PUBLISH_PROGRESS)
+        assert progressed["verdict"] == "ok" and progressed["counts"]["subscriptions"] > 0
+        assert progressed["counts"]["lost"] == 0 == progressed["counts"]["duplicated"]
 
         rdir = run_dir_of(airflow_db, dag_run)
         assert xcom(dag_run, "render_spec") == {"spec_path": str(rdir / "spec.json"), "run_dir": str(rdir)}
@@ -162,6 +167,8 @@ def test_dry_run_plans_and_changes_nothing(
     assert published["counts"]["CREATE"] > 0 and Path(published["plan"]).is_dir()
     replicated = xcom(dag_run, PUBLISH_REPLICATE)  # planned against a target that has no topics yet
     assert replicated["verdict"] == "planned" and replicated["counts"]["partitions"] > 0
+    progressed = xcom(dag_run, PUBLISH_PROGRESS)  # no position map yet: nothing to translate, nothing written
+    assert progressed["verdict"] == "planned" and progressed["counts"]["partitions"] > 0
 
 
 def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
@@ -173,7 +180,8 @@ def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
 
     assert dag_run.state == "failed"
     assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed",
-                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed"}
+                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
+                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed"}
     assert snapshot(admin_b, tenant) == {"tenant": None}
     report = json.loads((run_dir_of(airflow_db, dag_run) / "sync_metadata.json").read_text())
     assert report["verdict"] == "failed"
@@ -186,5 +194,6 @@ def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: A
 
     assert dag_run.state == "failed"
     assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed",
-                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed"}
+                      REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
+                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed"}
     assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()

@@ -1,0 +1,64 @@
+"""Subscription cursors as the admin API shows them: which durable subscriptions a partition has, and for
+each its markDeletePosition and individually acknowledged ranges (`internalStats`), type, consumers and
+backlog (`stats`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.positions import AckRange, Position, parse_ack_ranges
+
+# Cursors the broker keeps for itself: geo-replicators, message deduplication, topic compaction.
+SYSTEM_CURSOR_PREFIXES = ("pulsar.repl.", "pulsar.dedup", "__compaction")
+
+
+def is_system_cursor(name: str) -> bool:
+    return name.startswith(SYSTEM_CURSOR_PREFIXES)
+
+
+@dataclass(frozen=True)
+class CursorState:
+    """One durable subscription of one partition, at `read_at_ms`."""
+
+    topic: str
+    subscription: str
+    mark_delete: Position
+    ranges: tuple[AckRange, ...]
+    sub_type: str  # the dispatcher type the broker reports (the last consumers' type; "None" before any)
+    consumers: int
+    backlog: int  # the broker's msgBacklog (messages; approximate for batches)
+    read_at_ms: int
+
+    @property
+    def acked_after_mark_delete(self) -> int:
+        return sum(len(r.entries) for r in self.ranges)
+
+
+def read_cursors(admin: PulsarAdmin, topic: str) -> dict[str, CursorState]:
+    """The durable, non-system subscriptions of one partition (non-partitioned topic or `-partition-N`).
+    Stats first (the list of durable subscriptions), then internalStats (the cursor positions): acks that
+    land between the two reads are in the cursor state, which is what the sync translates."""
+    path = admin.topic_path(topic)
+    stats = admin.get(f"{path}/stats")
+    internal = admin.get(f"{path}/internalStats")
+    read_at_ms = int(time.time() * 1000)
+    cursors = internal.get("cursors") or {}
+    states = {}
+    for name, sub in sorted((stats.get("subscriptions") or {}).items()):
+        if is_system_cursor(name) or not sub.get("isDurable", True) or name not in cursors:
+            continue
+        states[name] = cursor_state(topic, name, cursors[name], sub, read_at_ms)
+    return states
+
+
+def cursor_state(topic: str, name: str, cursor: dict[str, Any], sub_stats: dict[str, Any],
+                 read_at_ms: int) -> CursorState:
+    return CursorState(
+        topic=topic, subscription=name, mark_delete=Position.parse(cursor["markDeletePosition"]),
+        ranges=tuple(parse_ack_ranges(cursor.get("individuallyDeletedMessages"))),
+        sub_type=str(sub_stats.get("type") or "None"), consumers=len(sub_stats.get("consumers") or []),
+        backlog=int(sub_stats.get("msgBacklog") or 0), read_at_ms=read_at_ms)

@@ -1,0 +1,336 @@
+"""sync_progress against the real cluster pair after a real copy, judged by draining every subscription on both
+clusters with fresh consumers of the plain Python client: the two multisets of messages must be identical.
+
+Ack patterns: a random 30% of entries acked (whole entries; another 20% of batches acked only partly, which
+the broker does not record), a cumulative ack then holes, everything, nothing, a delayed message not yet due,
+and one subscription with more holes than the broker persists (10,000).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.progress.step import STEP, add_args, run
+from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.replication_helpers import client, replicate
+from tests.integration.tenant_builders import write_spec
+
+TOPICS = {"ns/batched3": 3, "ns/plain1": 1, "ns/mixed": 0}
+HOLES_TOPIC = "ns/holes"
+HOLES_MESSAGES = 21_000  # every other one acked: 10,500 holes, above managedLedgerMaxUnackedRangesToPersist
+SUBSCRIPTIONS = {  # name -> (type, ack pattern)
+    "shared-30": (pulsar.ConsumerType.Shared, "random"),
+    "keyshared-30": (pulsar.ConsumerType.KeyShared, "random"),
+    "failover-cumulative": (pulsar.ConsumerType.Failover, "cumulative"),
+    "exclusive-all": (pulsar.ConsumerType.Exclusive, "all"),
+    "exclusive-none": (pulsar.ConsumerType.Exclusive, "none"),
+}
+IDLE_MS = 1_000
+# A fresh Failover consumer of a partitioned topic gets nothing for about a second (the broker's
+# activeConsumerFailoverDelayTimeMillis): the first message gets longer.
+FIRST_MS = 4_000
+
+
+def sync(spec: Path, run_dir: Path, *extra: str) -> int:
+    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra], add_args=add_args)
+
+
+def progress_report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / f"{STEP}.json").read_text())
+
+
+def produce(c: pulsar.Client, tenant: str) -> int:
+    """20,000 messages: batched on 3 partitions, unbatched on 1 partition (plus a delayed one), both on a
+    non-partitioned topic. Payloads are unique, so a drain's multiset shows any loss or duplicate."""
+    sent = 0
+    batched = c.create_producer(f"persistent://{tenant}/ns/batched3", batching_enabled=True,
+                                batching_max_messages=10, batching_max_publish_delay_ms=20, block_if_queue_full=True)
+    for i in range(12_000):
+        batched.send_async(f"batched3-{i}".encode(), None, partition_key=f"k{i % 31}")
+    batched.flush()
+    plain = c.create_producer(f"persistent://{tenant}/ns/plain1", batching_enabled=False, block_if_queue_full=True)
+    for i in range(3_999):
+        plain.send_async(f"plain1-{i}".encode(), None, partition_key=f"k{i % 7}")
+    plain.flush()
+    plain.send(b"plain1-delayed", deliver_at=int(time.time() * 1000) + 3_600_000)
+    mixed_b = c.create_producer(f"persistent://{tenant}/ns/mixed", batching_enabled=True, batching_max_messages=5,
+                                batching_max_publish_delay_ms=20, block_if_queue_full=True)
+    mixed_u = c.create_producer(f"persistent://{tenant}/ns/mixed", batching_enabled=False, block_if_queue_full=True)
+    for i in range(4_000):
+        (mixed_b if (i // 100) % 2 else mixed_u).send_async(f"mixed-{i}".encode(), None, partition_key=f"k{i % 5}")
+        if i % 100 == 99:
+            mixed_b.flush()
+            mixed_u.flush()
+    sent += 12_000 + 4_000 + 4_000
+    holes = c.create_producer(f"persistent://{tenant}/{HOLES_TOPIC}", batching_enabled=False,
+                              block_if_queue_full=True)
+    for i in range(HOLES_MESSAGES):
+        holes.send_async(f"holes-{i}".encode(), None)
+    holes.flush()
+    return sent
+
+
+def subscribe(c: pulsar.Client, topic: str, name: str, kind: pulsar.ConsumerType) -> pulsar.Consumer:
+    return c.subscribe(topic, name, consumer_type=kind, initial_position=pulsar.InitialPosition.Earliest,
+                       receiver_queue_size=2_000)
+
+
+def receive_all(consumer: pulsar.Consumer) -> Iterator[pulsar.Message]:
+    wait = FIRST_MS
+    while True:
+        try:
+            yield consumer.receive(wait)
+        except pulsar.Timeout:
+            return
+        wait = IDLE_MS
+
+
+def ack_pattern(consumer: pulsar.Consumer, pattern: str, rng: random.Random, share: float = 0.3) -> None:
+    """Acks what `pattern` says on everything the subscription delivers now."""
+    if pattern == "none":
+        return
+    decisions: dict[tuple[int, int, int], str] = {}
+    messages = list(receive_all(consumer))
+    if pattern == "all":
+        for m in messages:
+            consumer.acknowledge(m)
+        return
+    if pattern == "cumulative":
+        cut = int(len(messages) * 0.4)
+        if cut:
+            consumer.acknowledge_cumulative(messages[cut - 1])
+        messages = messages[cut:]
+    for m in messages:
+        mid = m.message_id()
+        entry = (mid.partition(), mid.ledger_id(), mid.entry_id())
+        if entry not in decisions:
+            roll = rng.random()
+            decisions[entry] = "full" if roll < share else "partial" if roll < share + 0.2 else "none"
+        decision = decisions[entry]
+        if decision == "full" or (decision == "partial" and mid.batch_index() % 2 == 0 and mid.batch_index() >= 0):
+            consumer.acknowledge(m)
+
+
+def drain(cluster: LocalCluster, topic: str, subscription: str, kind: pulsar.ConsumerType) -> Counter[bytes]:
+    """What a fresh consumer of the subscription receives now (nothing acked, so the cursor stays)."""
+    c = client(cluster)
+    try:
+        consumer = c.subscribe(topic, subscription, consumer_type=kind, receiver_queue_size=2_000)
+        got = Counter(m.data() for m in receive_all(consumer))
+        consumer.close()
+        return got
+    finally:
+        c.close()
+
+
+def drains_differ(a: LocalCluster, b: LocalCluster, tenant: str,
+                  subs: dict[str, tuple[pulsar.ConsumerType, str]], topics: list[str]
+                  ) -> tuple[dict[str, tuple[int, int]], int]:
+    """Per topic/subscription whose drains differ: (messages only the target delivers, only the source); and
+    how many messages the source drains delivered in all."""
+    differences = {}
+    drained = 0
+    for topic in topics:
+        for name, (kind, _) in subs.items():
+            source = drain(a, f"persistent://{tenant}/{topic}", name, kind)
+            target = drain(b, f"persistent://{tenant}/{topic}", name, kind)
+            drained += sum(source.values())
+            if source != target:
+                differences[f"{topic} {name}"] = (sum((target - source).values()), sum((source - target).values()))
+    return differences, drained
+
+
+def backlog(rep: dict[str, Any], topics: list[str], subs: list[str]) -> int:
+    """The source backlog the step counted over these topics' partitions and subscriptions."""
+    return sum(d["source_backlog"] for d in rep["details"]["subscriptions"] if d["subscription"] in subs
+               and any(d["topic"].split("/", 3)[-1].split("-partition-")[0] == t for t in topics))
+
+
+@pytest.fixture(scope="module")
+def migrated(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A tenant whose subscriptions acked in every pattern, synced (metadata) and copied once."""
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tmp = tmp_path_factory.mktemp("progress")
+    tenant = unique("it-progress")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    for name, count in TOPICS.items():
+        if count:
+            admin_a.put(f"/persistent/{tenant}/{name}/partitions", count)
+        else:
+            admin_a.put(f"/persistent/{tenant}/{name}")
+    admin_a.put(f"/persistent/{tenant}/{HOLES_TOPIC}")
+    c = client(cluster_a)
+    consumers = {(topic, name): subscribe(c, f"persistent://{tenant}/{topic}", name, kind)
+                 for topic in TOPICS for name, (kind, _) in SUBSCRIPTIONS.items()}
+    holes = subscribe(c, f"persistent://{tenant}/{HOLES_TOPIC}", "holes", pulsar.ConsumerType.Shared)
+    produce(c, tenant)
+    rng = random.Random(7)
+    for (_, name), consumer in consumers.items():
+        ack_pattern(consumer, SUBSCRIPTIONS[name][1], rng)
+        consumer.close()
+    for i, m in enumerate(receive_all(holes)):
+        if i % 2:
+            holes.acknowledge(m)
+    holes.close()
+    c.close()
+    spec = write_spec(tmp / "spec.json", tenant, cluster_a, cluster_b)
+    run_dir = tmp / "run"
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+    assert replicate(spec, run_dir) == 0
+    yield {"tenant": tenant, "spec": spec, "run": run_dir, "admin_a": admin_a, "admin_b": admin_b}
+    for admin in (admin_a, admin_b):
+        if tenant in admin.get("/tenants"):
+            admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        admin.close()
+
+
+def test_markdelete_only_translation_is_caught_and_loses_the_holes(migrated: dict[str, Any], cluster_a: LocalCluster,
+                                                                   cluster_b: LocalCluster) -> None:
+    """The baseline (what replicated subscriptions carry): the step's own verification and the drains both see
+    every individually acked message delivered again on the target."""
+    assert sync(migrated["spec"], migrated["run"], "--markdelete-only") == 1
+    rep = progress_report(migrated["run"])
+    assert rep["verdict"] == "failed" and rep["details"]["translation"] == "markdelete-only"
+    assert rep["counts"]["duplicated"] > 1_000 and rep["counts"]["lost"] == 0
+    assert "differ on the target" in rep["error"]
+    differences, _ = drains_differ(cluster_a, cluster_b, migrated["tenant"],
+                                   {k: SUBSCRIPTIONS[k] for k in ("shared-30", "failover-cumulative")}, ["ns/plain1"])
+    assert set(differences) == {"ns/plain1 shared-30", "ns/plain1 failover-cumulative"}
+    assert all(extra > 0 and missing == 0 for extra, missing in differences.values())
+
+
+def test_exact_sync_every_subscription_drains_the_same(migrated: dict[str, Any], cluster_a: LocalCluster,
+                                                       cluster_b: LocalCluster) -> None:
+    assert sync(migrated["spec"], migrated["run"]) == 0
+    rep = progress_report(migrated["run"])
+    assert rep["verdict"] == "ok"
+    counts = rep["counts"]
+    assert counts["lost"] == 0 and counts["duplicated"] == 0
+    assert counts["subscriptions"] == 5 * (3 + 1 + 1) + 1
+    assert rep["hashes"]["source_acked"] == rep["hashes"]["target_acked"]
+    subs = {(d["topic"].split("/", 3)[-1], d["subscription"]): d for d in rep["details"]["subscriptions"]}
+    holes = subs[("ns/holes", "holes")]
+    assert holes["ranges"] >= 10_000 and holes["target_backlog"] == holes["source_backlog"] == HOLES_MESSAGES // 2
+    assert rep["details"]["source_state_read_at"]["first"] <= rep["details"]["source_state_read_at"]["last"]
+    differences, drained = drains_differ(cluster_a, cluster_b, migrated["tenant"], SUBSCRIPTIONS, list(TOPICS))
+    assert differences == {}
+    # the drains saw the whole backlog but the delayed message on the two shared subscriptions (not due yet)
+    assert drained == backlog(rep, list(TOPICS), list(SUBSCRIPTIONS)) - 2
+    differences, drained = drains_differ(cluster_a, cluster_b, migrated["tenant"],
+                                         {"holes": (pulsar.ConsumerType.Shared, "")}, [HOLES_TOPIC])
+    assert differences == {} and drained == HOLES_MESSAGES // 2
+    # the delayed message is held back on both shared subscriptions, delivered on the exclusive one
+    shared = drain(cluster_b, f"persistent://{migrated['tenant']}/ns/plain1", "exclusive-none",
+                   pulsar.ConsumerType.Exclusive)
+    assert shared[b"plain1-delayed"] == 1
+    assert b"plain1-delayed" not in drain(cluster_b, f"persistent://{migrated['tenant']}/ns/plain1", "shared-30",
+                                          pulsar.ConsumerType.Shared)
+
+
+def test_resync_after_more_acks_and_a_rewind_converges(migrated: dict[str, Any], cluster_a: LocalCluster,
+                                                       cluster_b: LocalCluster) -> None:
+    tenant = migrated["tenant"]
+    c = client(cluster_a)
+    consumer = subscribe(c, f"persistent://{tenant}/ns/batched3", "shared-30", pulsar.ConsumerType.Shared)
+    ack_pattern(consumer, "random", random.Random(11), share=0.5)
+    consumer.close()
+    c.close()
+    # rewind: the subscription that acked everything goes back to the start of one partition
+    admin_a: PulsarAdmin = migrated["admin_a"]
+    first = admin_a.get(f"/persistent/{tenant}/ns/plain1-partition-0/internalStats")["ledgers"][0]["ledgerId"]
+    admin_a.post(f"/persistent/{tenant}/ns/plain1-partition-0/subscription/exclusive-all/resetcursor",
+                 {"ledgerId": first, "entryId": 2000})
+    assert sync(migrated["spec"], migrated["run"]) == 0
+    rep = progress_report(migrated["run"])
+    assert rep["counts"]["lost"] == 0 and rep["counts"]["duplicated"] == 0
+    assert 0 < rep["counts"]["subscriptions_set"] < rep["counts"]["subscriptions"]
+    subs = {k: SUBSCRIPTIONS[k] for k in ("shared-30", "exclusive-all")}
+    differences, drained = drains_differ(cluster_a, cluster_b, tenant, subs, ["ns/batched3", "ns/plain1"])
+    assert differences == {}
+    assert drained == backlog(rep, ["ns/batched3", "ns/plain1"], list(subs)) - 1  # shared-30's delayed message
+    assert backlog(rep, ["ns/plain1"], ["exclusive-all"]) == 2_000  # the rewind
+    # a third run finds nothing to do
+    assert sync(migrated["spec"], migrated["run"]) == 0
+    again = progress_report(migrated["run"])
+    assert again["counts"]["subscriptions_already_exact"] == again["counts"]["subscriptions"]
+    assert again["counts"].get("acks_sent", 0) == 0
+
+
+def test_geo_mode_same_exactness_and_convergence(cluster_a: LocalCluster, cluster_b: LocalCluster,
+                                                 spark: SparkSession, tmp_path: Path) -> None:
+    """The same over the map native geo-replication's `__MSG_PROP_REPL_SOURCE_POSITION` gave."""
+    from tests.integration.test_replicate_geo import teardown
+
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tenant = unique("it-progress-geo")
+    topics = {"ns/orders": 2, "ns/audit": 0}
+    try:
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+        admin_a.put(f"/namespaces/{tenant}/ns")
+        admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+        admin_a.put(f"/persistent/{tenant}/ns/orders/partitions", 2)
+        admin_a.put(f"/persistent/{tenant}/ns/audit")
+        c = client(cluster_a)
+        consumers = {(topic, name): subscribe(c, f"persistent://{tenant}/{topic}", name, kind)
+                     for topic in topics for name, (kind, _) in SUBSCRIPTIONS.items()}
+        batched = c.create_producer(f"persistent://{tenant}/ns/orders", batching_enabled=True,
+                                    batching_max_messages=8, batching_max_publish_delay_ms=20)
+        plain = c.create_producer(f"persistent://{tenant}/ns/audit", batching_enabled=False)
+        for i in range(2_000):
+            batched.send_async(f"orders-{i}".encode(), None, partition_key=f"k{i % 13}")
+            plain.send_async(f"audit-{i}".encode(), None, partition_key=f"k{i % 3}")
+        batched.flush()
+        plain.flush()
+        rng = random.Random(3)
+        for (_, name), consumer in consumers.items():
+            ack_pattern(consumer, SUBSCRIPTIONS[name][1], rng)
+            consumer.close()
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
+                          options={"geo_timeout_s": 120})
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+
+        assert sync(spec, run_dir) == 0
+        rep = progress_report(run_dir)
+        assert rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"] and rep["counts"]["subscriptions"] == 15
+        differences, drained = drains_differ(cluster_a, cluster_b, tenant, SUBSCRIPTIONS, list(topics))
+        assert differences == {} and drained == backlog(rep, list(topics), list(SUBSCRIPTIONS)) > 0
+
+        # more acks on one subscription, a rewind of another; the re-sync converges
+        consumer = subscribe(c, f"persistent://{tenant}/ns/audit", "keyshared-30", pulsar.ConsumerType.KeyShared)
+        ack_pattern(consumer, "random", random.Random(5), share=0.5)
+        consumer.close()
+        first = admin_a.get(f"/persistent/{tenant}/ns/audit/internalStats")["ledgers"][0]["ledgerId"]
+        admin_a.post(f"/persistent/{tenant}/ns/audit/subscription/exclusive-all/resetcursor",
+                     {"ledgerId": first, "entryId": 500})
+        c.close()
+        assert sync(spec, run_dir) == 0
+        rep = progress_report(run_dir)
+        assert rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"]
+        assert rep["counts"]["subscriptions_set"] == 2
+        subs = {k: SUBSCRIPTIONS[k] for k in ("keyshared-30", "exclusive-all")}
+        differences, drained = drains_differ(cluster_a, cluster_b, tenant, subs, ["ns/audit"])
+        assert differences == {} and drained == backlog(rep, ["ns/audit"], list(subs))
+    finally:
+        teardown(tenant, admin_a, admin_b, cluster_a.name)
+        admin_a.close()
+        admin_b.close()
