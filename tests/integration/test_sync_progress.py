@@ -9,7 +9,10 @@ and one subscription with more holes than the broker persists (10,000).
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ from pulsar_migration.progress.step import STEP, add_args, run
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
-from tests.conftest import unique
+from tests.conftest import spark_submit, unique
 from tests.integration.replication_helpers import client, replicate
 from tests.integration.tenant_builders import write_spec
 
@@ -271,6 +274,42 @@ def test_resync_after_more_acks_and_a_rewind_converges(migrated: dict[str, Any],
     again = progress_report(migrated["run"])
     assert again["counts"]["subscriptions_already_exact"] == again["counts"]["subscriptions"]
     assert again["counts"].get("acks_sent", 0) == 0
+
+
+def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str, Any], cluster_a: LocalCluster,
+                                                              cluster_b: LocalCluster) -> None:
+    """The target's holes subscription is set wrong (everything acked); a sync is SIGKILLed right after it reset
+    that cursor (while it acknowledges the 10,500 entries, or just after); the next sync finishes the job."""
+    tenant, admin_b = migrated["tenant"], migrated["admin_b"]
+    path = f"/persistent/{tenant}/{HOLES_TOPIC}"
+    last = admin_b.last_message_id(f"persistent://{tenant}/{HOLES_TOPIC}")
+    admin_b.post(f"{path}/subscription/holes/resetcursor",
+                 {"ledgerId": last["ledgerId"], "entryId": last["entryId"], "excluded": True})
+    wrong = admin_b.get(f"{path}/internalStats")["cursors"]["holes"]["markDeletePosition"]
+    proc = spark_submit(STEP, migrated["spec"], migrated["run"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+    killed_after_reset = False
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            if admin_b.get(f"{path}/internalStats")["cursors"]["holes"]["markDeletePosition"] != wrong:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_after_reset = True
+                break
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert killed_after_reset, "the sync ended (or never reset the cursor) before it could be killed"
+
+    assert sync(migrated["spec"], migrated["run"]) == 0
+    rep = progress_report(migrated["run"])
+    assert rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"]
+    assert rep["counts"]["subscriptions_set"] >= 1
+    differences, drained = drains_differ(cluster_a, cluster_b, tenant, {"holes": (pulsar.ConsumerType.Shared, "")},
+                                         [HOLES_TOPIC])
+    assert differences == {} and drained == HOLES_MESSAGES // 2
 
 
 def test_geo_mode_same_exactness_and_convergence(cluster_a: LocalCluster, cluster_b: LocalCluster,
