@@ -1,0 +1,113 @@
+"""Lookup service configuration: a JSON file (`--config` or `PM_LOOKUP_CONFIG`), environment overrides.
+
+    {
+      "clusters": {"cluster-a": {"http_url": "http://127.0.0.1:8081", "token_env": null}, ...},
+      "default_cluster": "cluster-a",
+      "database_url": "sqlite:///var/lookup/routes.db",
+      "admin_token_env": "PM_LOOKUP_ADMIN_TOKEN",
+      "hold_timeout_s": 20, "forward_timeout_s": 10, "host": "127.0.0.1", "port": 8090
+    }
+
+`http_url` is where the service forwards a cluster's lookups (a broker's or the cluster's HTTP service
+URL); `token_env` names the variable holding a token the service sends there. The admin API's token is
+read from `admin_token_env` at start; the service refuses to start without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "PM_LOOKUP_CONFIG"
+DEFAULT_TOKEN_ENV = "PM_LOOKUP_ADMIN_TOKEN"
+# C++ and Java clients time a lookup out after 30 s (operationTimeout): a parked lookup must be answered
+# well before, or the client counts a failure and backs off.
+MAX_HOLD_TIMEOUT_S = 25.0
+
+
+class ConfigError(ValueError):
+    """A configuration the service cannot run with (one line)."""
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    name: str
+    http_url: str
+    token_env: str | None = None
+
+    def token(self) -> str | None:
+        if not self.token_env:
+            return None
+        token = os.environ.get(self.token_env)
+        if not token:
+            raise ConfigError(f"environment variable {self.token_env} (token for cluster {self.name}) is not set")
+        return token
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    clusters: dict[str, ClusterTarget]
+    default_cluster: str
+    database_url: str = "sqlite:///var/lookup/routes.db"
+    admin_token_env: str = DEFAULT_TOKEN_ENV
+    hold_timeout_s: float = 20.0
+    forward_timeout_s: float = 10.0
+    host: str = "127.0.0.1"
+    port: int = 8090
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def admin_token(self) -> str:
+        token = os.environ.get(self.admin_token_env)
+        if not token:
+            raise ConfigError(f"environment variable {self.admin_token_env} (the lookup service's admin token) "
+                              "is not set")
+        return token
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LookupConfig:
+        if not isinstance(data, dict):
+            raise ConfigError("lookup config: expected a JSON object")
+        raw = data.get("clusters")
+        if not isinstance(raw, dict) or not raw:
+            raise ConfigError("lookup config: 'clusters' must name at least one cluster")
+        clusters = {}
+        for name, c in raw.items():
+            if not isinstance(c, dict) or not str(c.get("http_url", "")).startswith(("http://", "https://")):
+                raise ConfigError(f"lookup config: clusters.{name}.http_url must be an http(s) URL")
+            clusters[name] = ClusterTarget(name, str(c["http_url"]).rstrip("/"), c.get("token_env"))
+        default = data.get("default_cluster")
+        if default not in clusters:
+            raise ConfigError(f"lookup config: default_cluster {default!r} is not one of {sorted(clusters)}")
+        hold = float(data.get("hold_timeout_s", 20.0))
+        if not 0 < hold <= MAX_HOLD_TIMEOUT_S:
+            raise ConfigError(f"lookup config: hold_timeout_s must be in (0, {MAX_HOLD_TIMEOUT_S:.0f}] (clients give "
+                              "up on a lookup after 30 s)")
+        known = {"clusters", "default_cluster", "database_url", "admin_token_env", "hold_timeout_s",
+                 "forward_timeout_s", "host", "port"}
+        return cls(clusters=clusters, default_cluster=default,
+                   database_url=str(data.get("database_url", "sqlite:///var/lookup/routes.db")),
+                   admin_token_env=str(data.get("admin_token_env", DEFAULT_TOKEN_ENV)), hold_timeout_s=hold,
+                   forward_timeout_s=float(data.get("forward_timeout_s", 10.0)),
+                   host=str(data.get("host", "127.0.0.1")), port=int(data.get("port", 8090)),
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> LookupConfig:
+        where = path or os.environ.get(CONFIG_ENV)
+        if not where:
+            raise ConfigError(f"no lookup config: pass --config FILE or set {CONFIG_ENV}")
+        try:
+            data = json.loads(Path(where).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"lookup config {where} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"lookup config {where} is not valid JSON: {exc}") from None
+        config = cls.from_dict(data)
+        overrides = {"PM_LOOKUP_DATABASE_URL": "database_url", "PM_LOOKUP_PORT": "port", "PM_LOOKUP_HOST": "host"}
+        for env, key in overrides.items():
+            if os.environ.get(env):
+                data[key] = os.environ[env]
+        return cls.from_dict(data) if any(os.environ.get(e) for e in overrides) else config

@@ -1,0 +1,260 @@
+"""The lookup service's HTTP side (FastAPI): what Pulsar clients ask over HTTP, forwarded to the cluster that
+owns the tenant, and a token-protected admin API for routes and holds.
+
+Client endpoints (an `http://` service URL makes C++, Python and Java clients use these, FACTS.md):
+`GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}`, `GET /admin/v2/{domain}/{tenant}/{ns}/{topic}/partitions`,
+`GET /admin/v2/namespaces/{tenant}/{ns}/topics`, `GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema[/{v}]`.
+Each is forwarded to the owning cluster's HTTP URL; redirects (to the owner broker) are followed here, since
+clients do not carry credentials across hosts; a 200 lookup answer always carries `brokerUrl` and
+`brokerUrlTls`, so the data connection goes straight to the brokers.
+
+A held tenant's requests are parked, not refused: C++ clients treat any HTTP error as a failed connect and
+back off exponentially (up to 60 s), while a late answer costs them nothing. They are answered the moment
+the hold is released (a route change releases it), or after `hold_timeout_s` with a 503 naming the hold.
+
+Admin API (`Authorization: Bearer <token>`; anything else is 401 and changes nothing):
+`GET /api/v1/routes`, `GET|PUT|DELETE /api/v1/routes/{tenant}`, `POST /api/v1/routes/{tenant}/hold`,
+`POST /api/v1/routes/{tenant}/release`, `GET /api/v1/routes/{tenant}/history`. Unauthenticated:
+`GET /health`, `GET /metrics` (Prometheus text format).
+
+One instance per database: routes and holds are cached in memory and written through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from pulsar_migration.lookup.config import LookupConfig
+from pulsar_migration.lookup.metrics import Metrics
+from pulsar_migration.lookup.store import RouteStore
+
+log = logging.getLogger(__name__)
+
+DOMAINS = ("persistent", "non-persistent")
+
+
+class RouteChange(BaseModel):
+    cluster: str
+    reason: str = Field(default="", max_length=1000)
+    actor: str = Field(default="api", max_length=255)
+    release: bool = True  # a flip answers the tenant's parked lookups at once
+
+
+class HoldChange(BaseModel):
+    reason: str = Field(default="", max_length=1000)
+    actor: str = Field(default="api", max_length=255)
+
+
+class Router:
+    """Routes and holds in memory, written through to the store; the parked requests' events."""
+
+    def __init__(self, config: LookupConfig, store: RouteStore) -> None:
+        self.config = config
+        self.store = store
+        self.routes = {tenant: route.cluster for tenant, route in store.all().items()}
+        self.holds: dict[str, asyncio.Event] = {tenant: asyncio.Event() for tenant in store.held()}
+
+    def cluster_of(self, tenant: str) -> str:
+        return self.routes.get(tenant, self.config.default_cluster)
+
+    async def wait_released(self, tenant: str, metrics: Metrics) -> bool:
+        event = self.holds.get(tenant)
+        if event is None:
+            return True
+        metrics.parked += 1
+        metrics.parked_total += 1
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(event.wait(), self.config.hold_timeout_s)
+            return True
+        except TimeoutError:
+            metrics.hold_timeouts_total += 1
+            return False
+        finally:
+            metrics.parked -= 1
+            metrics.park_seconds.observe(time.monotonic() - started)
+
+    def hold(self, tenant: str, change: HoldChange) -> bool:
+        self.store.set_hold(tenant, True, cluster=self.cluster_of(tenant), actor=change.actor, reason=change.reason)
+        if tenant in self.holds:
+            return False
+        self.holds[tenant] = asyncio.Event()
+        log.info("tenant %s held by %s: %s", tenant, change.actor, change.reason)
+        return True
+
+    def release(self, tenant: str, actor: str, reason: str) -> bool:
+        self.store.set_hold(tenant, False, cluster=self.cluster_of(tenant), actor=actor, reason=reason)
+        event = self.holds.pop(tenant, None)
+        if event is None:
+            return False
+        event.set()
+        log.info("tenant %s released by %s (to %s): %s", tenant, actor, self.cluster_of(tenant), reason)
+        return True
+
+
+def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI:
+    """The service; `store` defaults to one on `config.database_url` (closed at shutdown)."""
+    admin_token = config.admin_token()
+    for cluster in config.clusters.values():
+        cluster.token()  # a missing cluster token variable stops the start, not the first lookup
+    own_store = store is None
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        route_store = store or RouteStore(config.database_url)
+        app.state.router = Router(config, route_store)
+        app.state.http = httpx.AsyncClient(follow_redirects=True, timeout=config.forward_timeout_s,
+                                           limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+        log.info("lookup service: %d route(s), %d held, default cluster %s, clusters %s",
+                 len(app.state.router.routes), len(app.state.router.holds), config.default_cluster,
+                 sorted(config.clusters))
+        try:
+            yield
+        finally:
+            for event in app.state.router.holds.values():  # parked requests answer (503) rather than hang
+                event.set()
+            await app.state.http.aclose()
+            if own_store:
+                route_store.close()
+
+    app = FastAPI(title="Pulsar tenant lookup service", lifespan=lifespan, docs_url="/api/docs",
+                  openapi_url="/api/openapi.json")
+
+    def router_of(request: Request) -> Router:
+        return request.app.state.router
+
+    def require_token(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), admin_token.encode()):
+            metrics.unauthorized_total += 1
+            raise HTTPException(401, "missing or wrong admin token", headers={"WWW-Authenticate": "Bearer"})
+
+    # -- what clients ask ------------------------------------------------------------------------
+
+    async def forward(request: Request, tenant: str, kind: str) -> Response:
+        router = router_of(request)
+        started = time.monotonic()
+        if not await router.wait_released(tenant, metrics):
+            return JSONResponse({"reason": f"tenant {tenant} is held for a cluster switch longer than "
+                                           f"{config.hold_timeout_s:.0f}s"}, status_code=503)
+        cluster = config.clusters[router.cluster_of(tenant)]
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        url = cluster.http_url + raw_path.decode("latin-1")
+        if request.url.query:
+            url += "?" + request.url.query
+        headers = {"Accept": "application/json"}
+        token = cluster.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            resp = await request.app.state.http.get(url, headers=headers)
+        except httpx.HTTPError as exc:
+            metrics.forward_errors_total += 1
+            return JSONResponse({"reason": f"cluster {cluster.name} is unreachable: {type(exc).__name__}"},
+                                status_code=502)
+        metrics.count(kind, cluster.name, resp.status_code, time.monotonic() - started)
+        if kind == "lookup" and resp.status_code == 200:
+            body = resp.json()
+            body.setdefault("brokerUrl", "")
+            body["brokerUrlTls"] = body.get("brokerUrlTls") or ""  # the C++ client needs both keys
+            return JSONResponse(body)
+        return Response(resp.content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    @app.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic:path}", include_in_schema=False)
+    async def lookup(request: Request, domain: str, tenant: str, namespace: str, topic: str) -> Response:
+        return await forward(request, tenant, "lookup")
+
+    @app.get("/admin/v2/namespaces/{tenant}/{namespace}/topics", include_in_schema=False)
+    async def namespace_topics(request: Request, tenant: str, namespace: str) -> Response:
+        return await forward(request, tenant, "topics")
+
+    @app.get("/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema", include_in_schema=False)
+    async def schema(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+        return await forward(request, tenant, "schema")
+
+    @app.get("/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema/{version}", include_in_schema=False)
+    async def schema_version(request: Request, tenant: str, namespace: str, topic: str, version: str) -> Response:
+        return await forward(request, tenant, "schema")
+
+    @app.get("/admin/v2/{domain}/{tenant}/{namespace}/{topic}/partitions", include_in_schema=False)
+    async def partitions(request: Request, domain: str, tenant: str, namespace: str, topic: str) -> Response:
+        if domain not in DOMAINS:
+            raise HTTPException(404, f"unknown topic domain {domain}")
+        return await forward(request, tenant, "partitions")
+
+    # -- operations ------------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health(request: Request) -> dict[str, Any]:
+        router = router_of(request)
+        return {"status": "ok", "routes": len(router.routes), "held": sorted(router.holds),
+                "default_cluster": config.default_cluster, "clusters": sorted(config.clusters)}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus(request: Request) -> str:
+        return metrics.render(held_tenants=len(router_of(request).holds))
+
+    auth = [Depends(require_token)]
+
+    @app.get("/api/v1/routes", dependencies=auth)
+    async def list_routes(request: Request) -> dict[str, Any]:
+        router = router_of(request)
+        return {"default_cluster": config.default_cluster, "held": sorted(router.holds),
+                "routes": [asdict(r) for r in router.store.all().values()]}
+
+    @app.get("/api/v1/routes/{tenant}", dependencies=auth)
+    async def get_route(request: Request, tenant: str) -> dict[str, Any]:
+        router = router_of(request)
+        route = router.store.get(tenant)
+        return {"tenant": tenant, "cluster": router.cluster_of(tenant), "default": route is None,
+                "held": tenant in router.holds, "route": asdict(route) if route else None}
+
+    @app.put("/api/v1/routes/{tenant}", dependencies=auth)
+    async def set_route(request: Request, tenant: str, change: RouteChange) -> dict[str, Any]:
+        if change.cluster not in config.clusters:
+            raise HTTPException(400, f"unknown cluster {change.cluster!r}; known: {sorted(config.clusters)}")
+        router = router_of(request)
+        route, before = router.store.set(tenant, change.cluster, actor=change.actor, reason=change.reason)
+        router.routes[tenant] = change.cluster
+        log.info("route %s: %s -> %s by %s: %s", tenant, before, change.cluster, change.actor, change.reason)
+        released = change.release and tenant in router.holds and router.release(
+            tenant, change.actor, f"route set to {change.cluster}")
+        return {"route": asdict(route), "before": before, "released": released}
+
+    @app.delete("/api/v1/routes/{tenant}", dependencies=auth)
+    async def delete_route(request: Request, tenant: str, actor: str = "api", reason: str = "") -> dict[str, Any]:
+        router = router_of(request)
+        before = router.store.delete(tenant, actor=actor, reason=reason)
+        router.routes.pop(tenant, None)
+        return {"tenant": tenant, "before": before, "cluster": router.cluster_of(tenant)}
+
+    @app.post("/api/v1/routes/{tenant}/hold", dependencies=auth)
+    async def hold(request: Request, tenant: str, change: HoldChange) -> dict[str, Any]:
+        changed = router_of(request).hold(tenant, change)
+        return {"tenant": tenant, "held": True, "changed": changed}
+
+    @app.post("/api/v1/routes/{tenant}/release", dependencies=auth)
+    async def release(request: Request, tenant: str, change: HoldChange) -> dict[str, Any]:
+        changed = router_of(request).release(tenant, change.actor, change.reason)
+        return {"tenant": tenant, "held": False, "changed": changed}
+
+    @app.get("/api/v1/routes/{tenant}/history", dependencies=auth)
+    async def history(request: Request, tenant: str, limit: int = 100) -> dict[str, Any]:
+        return {"tenant": tenant, "events": [asdict(e) for e in router_of(request).store.history(tenant, limit)]}
+
+    return app
