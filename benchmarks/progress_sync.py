@@ -104,7 +104,8 @@ def ack_pattern(positions: list[tuple[int, int]]) -> tuple[tuple[int, int] | Non
 
 
 def drain(cluster: Any, tenant: str, subscription: str, initial: str | None = None) -> Counter[bytes]:
-    """What a fresh Shared consumer of the subscription receives (nothing acked)."""
+    """What a fresh consumer of the subscription receives (nothing acked). Exclusive: a Shared consumer stops
+    getting messages at the broker's maxUnackedMessagesPerConsumer (50,000)."""
     import pulsar
 
     c = client(cluster)
@@ -112,7 +113,7 @@ def drain(cluster: Any, tenant: str, subscription: str, initial: str | None = No
         kwargs: dict[str, Any] = {}
         if initial is not None:
             kwargs["initial_position"] = getattr(pulsar.InitialPosition, initial)
-        consumer = c.subscribe(partition(tenant), subscription, consumer_type=pulsar.ConsumerType.Shared,
+        consumer = c.subscribe(partition(tenant), subscription, consumer_type=pulsar.ConsumerType.Exclusive,
                                receiver_queue_size=5_000, **kwargs)
         got: Counter[bytes] = Counter()
         wait = FIRST_MS
@@ -216,7 +217,8 @@ def run_pip33(args: argparse.Namespace, tenants: Tenants) -> dict[str, Any]:
         admin.post(f"/namespaces/{seg(tenant)}/{NAMESPACE}/replication", both)
     c = client(SOURCE)
     try:
-        consumer = c.subscribe(partition(tenant), SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared,
+        # Exclusive: a Shared consumer would stop receiving at maxUnackedMessagesPerConsumer (50,000)
+        consumer = c.subscribe(partition(tenant), SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Exclusive,
                                initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=5_000,
                                replicate_subscription_state_enabled=True)
         out["produce_s"] = produce(SOURCE, tenant, args.pip33_messages, args.batch)
@@ -237,16 +239,11 @@ def run_pip33(args: argparse.Namespace, tenants: Tenants) -> dict[str, Any]:
                 break
             wait = IDLE_MS
         started = time.monotonic()
-        last_cumulative = None
-        for m in received:
+        for m in received:  # the prefix acked message by message (as a Shared consumer must) moves markDelete
             mid = m.message_id()
             pos = (mid.ledger_id(), mid.entry_id())
-            if mark_delete and pos <= mark_delete:
-                last_cumulative = m
-            elif pos in acked:
+            if (mark_delete and pos <= mark_delete) or pos in acked:
                 consumer.acknowledge(m)
-        if last_cumulative is not None:
-            consumer.acknowledge_cumulative(last_cumulative)
         out["ack_s"] = round(time.monotonic() - started, 3)
         time.sleep(args.pip33_wait)  # snapshots are taken every second by default
         consumer.close()

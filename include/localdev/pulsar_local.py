@@ -118,6 +118,14 @@ def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
 
 # -- configuration -----------------------------------------------------------------------------------
 
+def extra_overrides(cluster: LocalCluster) -> dict[str, str]:
+    """`PM_PULSAR_CONF_<NAME>` (e.g. PM_PULSAR_CONF_CLUSTER_C="key=value,key=value"): broker settings for one
+    instance only, for tests of non-default broker behaviour on a throwaway cluster."""
+    raw = os.environ.get("PM_PULSAR_CONF_" + re.sub(r"\W", "_", cluster.name).upper(), "")
+    pairs = [item.split("=", 1) for item in raw.split(",") if item.strip()]
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def render_config(template: str, cluster: LocalCluster) -> str:
     """Sets this instance's keys in the distribution's standalone.conf (appending those it lacks)."""
     overrides = {
@@ -125,6 +133,7 @@ def render_config(template: str, cluster: LocalCluster) -> str:
         "clusterName": cluster.name,
         "brokerServicePort": str(cluster.broker_port),
         "webServicePort": str(cluster.web_port),
+        **extra_overrides(cluster),
     }
     text = template
     for key, value in overrides.items():

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pulsar
@@ -23,60 +20,13 @@ from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 
 from tests.conftest import unique
-
-TOKEN = "lookup-test-admin-token"
-HOLD_TIMEOUT_S = 8.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LookupProcess:
-    def __init__(self, config: Path, port: int) -> None:
-        self.config, self.port = config, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "pulsar_migration.lookup", "--config", str(self.config)],
-                                     env={**os.environ, "PM_LOOKUP_ADMIN_TOKEN": TOKEN}, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError(f"lookup service did not start: {self.stop()}")
-
-    def stop(self) -> str:
-        """SIGTERM (graceful); returns its output."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
-
-    def api(self, method: str, path: str, token: str | None = TOKEN, **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"{self.url}/api/v1{path}", headers=headers, timeout=30, **kwargs)
+from tests.integration.lookup_helpers import HOLD_TIMEOUT_S, TOKEN, LookupProcess, start_service
 
 
 @pytest.fixture(scope="module")
 def service(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[LookupProcess]:
-    tmp = tmp_path_factory.mktemp("lookup")
-    config = tmp / "lookup.json"
-    config.write_text(json.dumps({
-        "clusters": {c.name: {"http_url": c.admin_url} for c in (cluster_a, cluster_b)},
-        "default_cluster": cluster_a.name, "database_url": f"sqlite:///{tmp / 'routes.db'}",
-        "hold_timeout_s": HOLD_TIMEOUT_S, "port": free_port(),
-    }))
-    process = LookupProcess(config, json.loads(config.read_text())["port"])
-    process.start()
+    process = start_service(tmp_path_factory.mktemp("lookup"), [cluster_a, cluster_b], cluster_a)
     yield process
     process.stop()
 

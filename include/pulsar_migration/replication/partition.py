@@ -43,6 +43,7 @@ class PartitionJob:
     upper: Position | None  # the source's last entry when the run started (None: empty)
     map_end: tuple[Position, Position] | None = None  # (target, source) of the last mapped entry
     target_exists: bool = True  # False only in a dry run before sync_metadata created the topic
+    keep_identity: bool = False  # the cutover's final delta: source producer names and sequence ids
 
     @property
     def base_topic(self) -> str:
@@ -196,7 +197,23 @@ class SchemaCache:
         return self._cache[version]
 
 
-def delivery_time_lookup(admin: PulsarAdmin, topic: str, horizon_s: int, outcome: PartitionOutcome) -> Any:
+class EntryHeaders:
+    """The admin API's `X-Pulsar-*` headers of the entry being copied, fetched at most once per entry (the
+    delivery-time and the identity lookups both read them)."""
+
+    def __init__(self, admin: PulsarAdmin, topic: str) -> None:
+        self.admin, self.topic = admin, topic
+        self._position: Position | None = None
+        self._headers: dict[str, str] = {}
+
+    def __call__(self, info: MessageIdInfo) -> dict[str, str]:
+        if info.position != self._position:
+            self._headers = self.admin.entry_headers(self.topic, info.ledger, info.entry)
+            self._position = info.position
+        return self._headers
+
+
+def delivery_time_lookup(headers_of: EntryHeaders, horizon_s: int, outcome: PartitionOutcome) -> Any:
     """Returns f(message, info) -> deliver-at ms or None. The Python client cannot read a message's
     delivery time, so unbatched entries (delayed messages are never batched) published within the horizon
     are looked up through the admin API's entry endpoint; horizon 0 turns this off, -1 looks at all."""
@@ -208,13 +225,23 @@ def delivery_time_lookup(admin: PulsarAdmin, topic: str, horizon_s: int, outcome
         if oldest is not None and message.publish_timestamp() < oldest:
             return None
         outcome.delivery_time_lookups += 1
-        headers = admin.entry_headers(topic, info.ledger, info.entry)
-        value = headers.get("X-Pulsar-deliver-at-time")
+        value = headers_of(info).get("X-Pulsar-deliver-at-time")
         if not value:
             return None
         return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
 
     return lookup
+
+
+def identity_lookup(headers_of: EntryHeaders) -> Any:
+    """Returns f(message, info) -> (producer name, sequence id of the entry's first message), from the entry's
+    headers (the Python client does not show the sequence id)."""
+
+    def identity(message: Any, info: MessageIdInfo) -> tuple[str, int]:
+        headers = headers_of(info)
+        return headers.get("X-Pulsar-producer-name") or message.producer_name(), int(headers["X-Pulsar-sequence-id"])
+
+    return identity
 
 
 @dataclass
@@ -289,10 +316,11 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
 
     started = time.monotonic()
     source_hash = ContentHash()
+    headers_of = EntryHeaders(src_admin, job.topic)
     sender = None if dry_run else EntrySender(
         tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
-        deliver_at_for=delivery_time_lookup(src_admin, job.topic, delivery_horizon_s, outcome),
-        on_receipt=on_receipt)
+        deliver_at_for=delivery_time_lookup(headers_of, delivery_horizon_s, outcome),
+        on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None)
     try:
         if job.upper is not None:
             for message, info in read_range(src_client, job.topic, map_source, job.upper):

@@ -9,6 +9,10 @@
 * Every message of a source entry carries the sequence id derived from the entry's position
   (positions.sequence_id), increasing over the partition: with deduplication on the target, a
   re-send after a kill or a retry is dropped by the broker instead of stored twice.
+* With `identity_for` (the cutover's final delta), messages keep their source producer's name and
+  sequence ids instead: the target's dedup then knows those producers, so a client that re-sends its
+  unacknowledged messages to the target after the switch gets the ones already copied dropped as
+  duplicates, as geo-replication does.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ class EntrySender:
 
     def __init__(self, client: Any, topic: str, *, max_in_flight: int,
                  schema_for: Callable[[int], Any], deliver_at_for: Callable[[Any, MessageIdInfo], int | None],
-                 on_receipt: Callable[[SourceTag, MessageIdInfo], None]) -> None:
+                 on_receipt: Callable[[SourceTag, MessageIdInfo], None],
+                 identity_for: Callable[[Any, MessageIdInfo], tuple[str, int]] | None = None) -> None:
         self.client = client
         self.topic = topic
         self.stats = SendStats()
@@ -117,18 +122,19 @@ class EntrySender:
         self._schema_for = schema_for
         self._deliver_at_for = deliver_at_for
         self._on_receipt = on_receipt
-        self._producers: dict[tuple[int | None, bool], Any] = {}
-        self._current: tuple[int | None, bool] | None = None
+        self._identity_for = identity_for
+        self._producers: dict[tuple[int | None, bool, str | None], Any] = {}
+        self._current: tuple[int | None, bool, str | None] | None = None
         self._lock = threading.Lock()
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def _producer(self, key: tuple[int | None, bool]) -> Any:
+    def _producer(self, key: tuple[int | None, bool, str | None]) -> Any:
         producer = self._producers.get(key)
         if producer is None:
-            version, batched = key
+            version, batched, name = key
             kwargs: dict[str, Any] = {
-                "producer_name": producer_name(self.topic, version, batched),
+                "producer_name": name or producer_name(self.topic, version, batched),
                 "send_timeout_millis": SEND_TIMEOUT_MS,
                 "max_pending_messages": self._max_pending,
                 "block_if_queue_full": False,  # InFlight keeps the queue below its limit
@@ -155,7 +161,8 @@ class EntrySender:
         import _pulsar
 
         self.raise_if_failed()
-        key = (schema_version, info.batched)
+        identity = self._identity_for(message, info) if self._identity_for else None
+        key = (schema_version, info.batched, identity[0] if identity else None)
         if key != self._current:
             if self._current is not None:
                 self.drain()
@@ -180,7 +187,7 @@ class EntrySender:
         ordering_key = native.ordering_key()
         if ordering_key:
             builder.ordering_key(ordering_key if isinstance(ordering_key, str) else ordering_key.decode("latin-1"))
-        builder.sequence_id(sequence_id(info.position))
+        builder.sequence_id(identity[1] + max(info.batch_index, 0) if identity else sequence_id(info.position))
         if native.event_timestamp():
             builder.event_timestamp(native.event_timestamp())
         if not info.batched:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
@@ -35,7 +35,9 @@ class ReplicationError(StepFailed):
     """Inventory or preparation found something that stops the step (one line)."""
 
 
-def run(ctx: StepContext) -> None:
+def run(ctx: StepContext, *, keep_identity: bool = False) -> None:
+    """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
+    sequence ids on the copies (see replication.sending)."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
@@ -43,6 +45,8 @@ def run(ctx: StepContext) -> None:
         started = time.monotonic()
         ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
         jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run)
+        if keep_identity:
+            jobs = [replace(job, keep_identity=True) for job in jobs]
         report.counts["partitions"] = len(jobs)
         report.counts["topics"] = len({job.base_topic for job in jobs})
         report.details["inventory_s"] = round(time.monotonic() - started, 3)

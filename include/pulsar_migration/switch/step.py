@@ -1,0 +1,306 @@
+"""switch_lookup: moves a tenant's live clients from the source to the target through the lookup service,
+fenced so that no message is lost or stored twice.
+
+Order (each phase timed in the report):
+
+1. **preconditions**: the spec names the lookup service; sync_metadata, replicate_topics and sync_progress
+   reported ok in this run dir; the service knows both clusters and routes the tenant to the source (to the
+   target already: the switch is done, only the probe runs).
+2. **catch up**: replicate_topics once more while clients still run, so the final delta is small.
+   **hold** the tenant at the lookup service: from now on its clients' lookups are parked, not refused
+   (C++ clients back off for up to 60 s after an HTTP error; a late answer costs them nothing).
+3. **fence**: unload the tenant's namespaces on the source. Every client is disconnected; its reconnect
+   starts with a lookup, which is parked, so nothing can publish or acknowledge on the source any more.
+   The step waits until the source shows no producer and no consumer on any selected partition (a client
+   that bypasses the lookup service would show here and stop the switch).
+4. **final delta**: replicate_topics and sync_progress again, in-process, on the now quiet source. In
+   copy mode the final delta keeps the source producers' names and sequence ids, so the target's dedup
+   knows them: a producer re-sends its unacknowledged messages after reconnecting (same name, same
+   sequence ids), and those the source had already stored (the receipt lost in the disconnect) are
+   dropped by the target as duplicates; those it had not stored are stored once. Geo mode keeps names and
+   sequence ids by itself.
+5. **quiet check and id guard**: the source's last entries did not move since the final delta, and no
+   source ledger id of a partition is also a ledger id of the same partition on the target. A C++
+   consumer keeps its prefetched messages across the switch and may acknowledge them with source ids;
+   on the target such an id names an unrelated entry only when the ledger ids collide, so the switch
+   refuses (and rolls back) then. Messages whose acks were lost in the disconnect are delivered again,
+   as after any unload.
+6. **flip** the route to the target; the same call releases the hold, so parked lookups are answered with
+   the target's brokers at once.
+7. **probe** through the lookup service: a producer and a reader of a selected partition land on the target.
+
+A failure before the flip releases the hold with the route unchanged (rollback): clients reconnect to
+the source, which reloads its topics; the target is not live yet, so what the final delta wrote there is
+harmless. After the flip, switching back is `options.rollback` (not built yet: it needs the reverse copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pulsar_migration.admin import PulsarAdmin, seg
+from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
+from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.report import StepReport
+from pulsar_migration.stepjob import StepContext, StepFailed
+
+log = logging.getLogger(__name__)
+
+STEP = "switch_lookup"
+REQUIRED_REPORTS = ("sync_metadata", "replicate_topics", "sync_progress")
+CLIENTS_GONE_TIMEOUT_S = 30.0
+PROBE_NAME = "pulsar-migration-probe"
+
+
+class SwitchError(StepFailed):
+    """A precondition or a phase of the switch failed (one line)."""
+
+
+class Phases:
+    """Times each phase into report.details["phases_s"]; remembers the one that failed."""
+
+    def __init__(self, report: StepReport) -> None:
+        self.report = report
+        self.times: dict[str, float] = report.details.setdefault("phases_s", {})
+        self.current: str | None = None
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.current = name
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times[name] = round(time.monotonic() - started, 3)
+        log.info("switch phase %s done in %.2fs", name, self.times[name])
+
+
+def run(ctx: StepContext) -> None:
+    spec, report = ctx.spec, ctx.report
+    if not spec.lookup_url:
+        raise SwitchError("the spec names no lookup service (lookup.url): there is no route to switch")
+    lookup = LookupAdmin(spec.lookup_url, spec.lookup_token())
+    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
+    try:
+        phases = Phases(report)
+        with phases("preconditions"):
+            current = preconditions(ctx, lookup)
+        partitions = selected_partitions(ctx, src_admin)
+        report.counts["partitions"] = len(partitions)
+        if current == spec.target:
+            report.details["already_switched"] = True
+            with phases("probe"):
+                report.details["probe"] = probe(ctx, partitions)
+            return
+        if ctx.dry_run:
+            report.details["plan"] = ["hold", "fence (unload " + ", ".join(namespaces(ctx, src_admin)) + ")",
+                                      "final replicate_topics", "final sync_progress", "quiet check and id guard",
+                                      f"flip {spec.tenant} to {spec.target}", "probe"]
+            return
+        cutover(ctx, lookup, src_admin, tgt_admin, partitions, phases)
+        with phases("probe"):
+            report.details["probe"] = probe(ctx, partitions)
+    except LookupServiceError as exc:
+        raise SwitchError(str(exc)) from None
+    finally:
+        lookup.close()
+        src_admin.close()
+        tgt_admin.close()
+
+
+def preconditions(ctx: StepContext, lookup: LookupAdmin) -> str:
+    """The route the tenant has now; SwitchError when the run dir or the service is not ready."""
+    spec = ctx.spec
+    for step in REQUIRED_REPORTS:
+        try:
+            earlier = StepReport.read(ctx.run_dir, step)
+        except (FileNotFoundError, OSError):
+            raise SwitchError(f"no {step} report in {ctx.run_dir}: run the steps before the switch") from None
+        if earlier.verdict != "ok" or earlier.dry_run:
+            raise SwitchError(f"{step} in {ctx.run_dir} is {earlier.verdict}{' (dry run)' if earlier.dry_run else ''}"
+                              ": the switch needs it verified")
+    health = lookup.health()
+    missing = [c for c in (spec.source, spec.target) if c not in health.get("clusters", [])]
+    if missing:
+        raise SwitchError(f"the lookup service at {spec.lookup_url} does not know cluster(s) {', '.join(missing)}")
+    route = lookup.route(spec.tenant)
+    if route["cluster"] not in (spec.source, spec.target):
+        raise SwitchError(f"the lookup service routes tenant {spec.tenant} to {route['cluster']}, neither the "
+                          f"source {spec.source} nor the target {spec.target}")
+    ctx.report.details["route_before"] = route["cluster"]
+    return str(route["cluster"])
+
+
+def namespaces(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
+    return sorted({ref.namespace for ref in read_layout(admin, ctx.spec, must_exist=True).topics})
+
+
+def selected_partitions(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
+    topics = []
+    for ref in read_layout(admin, ctx.spec, must_exist=True).topics:
+        name = f"persistent://{ctx.spec.tenant}/{ref.namespace}/{ref.topic}"
+        if ref.partitioned:
+            count = int(admin.get(f"{admin.topic_path(name)}/partitions")["partitions"])
+            topics += [f"{name}-partition-{i}" for i in range(count)]
+        else:
+            topics.append(name)
+    return sorted(topics)
+
+
+# -- the fenced cutover ----------------------------------------------------------------------------
+
+def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
+            partitions: list[str], phases: Phases) -> None:
+    spec, report = ctx.spec, ctx.report
+    flipped = False
+    held_at = None
+    try:
+        with phases("catch_up"):  # shrinks the final delta, which runs while clients wait
+            report.details["catch_up"] = sub_step(ctx, "replicate_topics", keep_identity=False)
+        with phases("hold"):
+            lookup.hold(spec.tenant, reason=f"switch to {spec.target}: hold")
+            held_at = time.monotonic()
+        with phases("fence"):
+            for ns in namespaces(ctx, src_admin):
+                src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
+            wait_clients_gone(src_admin, partitions)
+            before = last_entries(src_admin, partitions)
+        with phases("final_replicate"):
+            report.details["final_replicate"] = sub_step(ctx, "replicate_topics")
+        with phases("final_progress"):
+            report.details["final_progress"] = sub_step(ctx, "sync_progress")
+        with phases("quiet_check"):
+            after = last_entries(src_admin, partitions)
+            moved = [t for t in partitions if before[t] != after[t]]
+            if moved:
+                raise SwitchError(f"{len(moved)} source partition(s) got messages during the fence (first: "
+                                  f"{moved[0]}): a client bypasses the lookup service")
+            clients = connected_clients(src_admin, partitions)
+            if clients:
+                raise SwitchError(f"clients reattached to the source during the fence: {clients[0]}")
+            collisions = ledger_collisions(src_admin, tgt_admin, partitions)
+            report.details["ledger_collisions"] = collisions
+            if collisions:
+                raise SwitchError(f"ledger id {collisions[0]['ledgers'][0]} of {collisions[0]['topic']} exists on both "
+                                  "clusters: a consumer acking a prefetched source message on the target could ack "
+                                  "an unrelated entry")
+        with phases("flip"):
+            lookup.set_route(spec.tenant, spec.target, reason=f"switch from {spec.source}", release=True)
+            flipped = True
+        report.details["hold_s"] = round(time.monotonic() - held_at, 3)
+        report.details["route_after"] = spec.target
+    except BaseException as exc:
+        if not flipped and held_at is not None:
+            try:
+                lookup.release(spec.tenant, reason=f"switch failed in {phases.current}: rolled back")
+                report.details["rolled_back"] = True
+                report.details["hold_s"] = round(time.monotonic() - held_at, 3)
+            except LookupServiceError:
+                log.error("rollback: could not release tenant %s at the lookup service", spec.tenant)
+            log.warning("switch failed in phase %s before the flip: hold released, clients stay on %s",
+                        phases.current, spec.source)
+        if isinstance(exc, StepFailed):
+            raise SwitchError(f"switch failed in {phases.current} (rolled back: route unchanged): {exc}") from None
+        raise
+
+
+def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True) -> dict[str, Any]:
+    """Runs replicate_topics or sync_progress in this process under the switch; its report goes to
+    RUN_DIR/switch_lookup.<step>.json. Returns its verdict and counts; StepFailed when it failed."""
+    from pulsar_migration.progress.step import run as progress_run
+    from pulsar_migration.replication.step import run as replication_run
+
+    report = StepReport.start(f"{STEP}.{step}{'' if keep_identity else '.catch_up'}", ctx.spec)
+    sub = StepContext(step=step, spec=ctx.spec, run_dir=ctx.run_dir, dry_run=False,
+                      args=argparse.Namespace(markdelete_only=False), report=report, _lazy_spark=ctx._lazy_spark)
+    try:
+        if step == "replicate_topics":
+            replication_run(sub, keep_identity=keep_identity)
+        else:
+            progress_run(sub)
+        report.finish("ok")
+    except StepFailed as exc:
+        report.finish("failed", str(exc))
+        raise SwitchError(f"final {step}: {exc}") from None
+    finally:
+        report.write(ctx.run_dir)
+    return {"verdict": report.verdict, "counts": report.counts, "duration_s": report.duration_s}
+
+
+def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> None:
+    deadline = time.monotonic() + CLIENTS_GONE_TIMEOUT_S
+    while True:
+        clients = connected_clients(admin, partitions)
+        if not clients:
+            return
+        if time.monotonic() > deadline:
+            raise SwitchError(f"{len(clients)} client(s) still connected to the source {CLIENTS_GONE_TIMEOUT_S:.0f}s "
+                              f"after the unload (first: {clients[0]}): they bypass the lookup service")
+        time.sleep(0.2)
+
+
+def connected_clients(admin: PulsarAdmin, partitions: list[str]) -> list[str]:
+    found = []
+    for topic in partitions:
+        stats = admin.get(f"{admin.topic_path(topic)}/stats")
+        for p in stats.get("publishers") or []:
+            found.append(f"producer {p.get('producerName')} from {p.get('address')} on {topic}")
+        for sub, s in (stats.get("subscriptions") or {}).items():
+            for c in s.get("consumers") or []:
+                found.append(f"consumer {c.get('consumerName')} of {sub} from {c.get('address')} on {topic}")
+    return found
+
+
+def last_entries(admin: PulsarAdmin, partitions: list[str]) -> dict[str, str]:
+    out = {}
+    for topic in partitions:
+        last = admin.last_message_id(topic)
+        out[topic] = f"{last.get('ledgerId')}:{last.get('entryId')}"
+    return out
+
+
+def ledger_collisions(src: PulsarAdmin, tgt: PulsarAdmin, partitions: list[str]) -> list[dict[str, Any]]:
+    collisions = []
+    for topic in partitions:
+        ids = []
+        for admin in (src, tgt):
+            stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
+            ids.append({int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or []})
+        common = sorted(ids[0] & ids[1])
+        if common:
+            collisions.append({"topic": topic, "ledgers": common})
+    return collisions
+
+
+def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
+    """A producer and a reader through the lookup service; they must land on the target's brokers."""
+    import pulsar
+
+    spec = ctx.spec
+    if not partitions:
+        return {"skipped": "no selected partitions"}
+    topic = partitions[0]
+    tgt_admin = spec.target_cluster.admin()
+    client = pulsar.Client(spec.lookup_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+                           operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, producer_name=f"{PROBE_NAME}-{int(time.time())}")
+        reader = client.create_reader(topic, pulsar.MessageId.latest)
+        stats = tgt_admin.get(f"{tgt_admin.topic_path(topic)}/stats")
+        producers = [p.get("producerName") for p in stats.get("publishers") or []]
+        readers = [s for s, v in (stats.get("subscriptions") or {}).items() if not v.get("isDurable", True)]
+        on_target = producer.producer_name() in producers and bool(readers)
+        producer.close()
+        reader.close()
+    finally:
+        client.close()
+        tgt_admin.close()
+    if not on_target:
+        raise SwitchError(f"probe: a producer and a reader through the lookup service did not land on the target "
+                          f"{spec.target} ({topic})")
+    return {"topic": topic, "producer_on_target": True, "reader_on_target": True}

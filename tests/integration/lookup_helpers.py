@@ -1,0 +1,69 @@
+"""The lookup service as a real process for tests: start, stop (SIGTERM), admin API calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from localdev.pulsar_local import LocalCluster
+
+TOKEN = "lookup-test-admin-token"
+HOLD_TIMEOUT_S = 8.0  # short, so the test of the bound is quick
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LookupProcess:
+    def __init__(self, config: Path, port: int) -> None:
+        self.config, self.port = config, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pulsar_migration.lookup", "--config", str(self.config)],
+                                     env={**os.environ, "PM_LOOKUP_ADMIN_TOKEN": TOKEN}, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"lookup service did not start: {self.stop()}")
+
+    def stop(self) -> str:
+        """SIGTERM (graceful); returns its output."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=30)
+        return out
+
+    def api(self, method: str, path: str, token: str | None = TOKEN, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.request(method, f"{self.url}/api/v1{path}", headers=headers, timeout=30, **kwargs)
+
+
+def start_service(tmp: Path, clusters: list[LocalCluster], default: LocalCluster) -> LookupProcess:
+    config = tmp / "lookup.json"
+    port = free_port()
+    config.write_text(json.dumps({
+        "clusters": {c.name: {"http_url": c.admin_url} for c in clusters},
+        "default_cluster": default.name, "database_url": f"sqlite:///{tmp / 'routes.db'}",
+        "hold_timeout_s": HOLD_TIMEOUT_S, "port": port,
+    }))
+    process = LookupProcess(config, port)
+    process.start()
+    return process

@@ -1,0 +1,164 @@
+"""Tests on a throwaway third cluster (cluster-c, broker setting `acknowledgmentAtBatchIndexLevelEnabled=true`):
+
+* sync_progress from such a source: what the README claims is carried exactly (markDelete and whole acked
+  entries) and what is not (messages acked inside a partly acked batch are delivered again; nothing lost);
+* replicate_topics to a target that goes away mid-run: one clear line, exit 1, and a re-run heals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from localdev import pulsar_local
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.replication_helpers import client, replicate
+from tests.integration.tenant_builders import write_spec
+from tests.integration.test_sync_progress import progress_report, receive_all, sync
+
+BATCHES, BATCH = 100, 10
+
+
+def start_cluster_c() -> None:
+    variable = "PM_PULSAR_CONF_CLUSTER_C"
+    os.environ[variable] = "acknowledgmentAtBatchIndexLevelEnabled=true"
+    try:
+        pulsar_local.start(3)
+    finally:
+        del os.environ[variable]
+
+
+@pytest.fixture(scope="module")
+def batch_index_cluster(pulsar_clusters: list[LocalCluster]) -> Iterator[LocalCluster]:
+    cluster = pulsar_local.local_clusters(3)[2]
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+    start_cluster_c()
+    yield cluster
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def drain(cluster: LocalCluster, topic: str) -> Counter[bytes]:
+    c = client(cluster)
+    try:
+        consumer = c.subscribe(topic, "partial", consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True)
+        got = Counter(m.data() for m in receive_all(consumer))
+        consumer.close()
+        return got
+    finally:
+        c.close()
+
+
+def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
+        batch_index_cluster: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path) -> None:
+    source_cluster = batch_index_cluster
+    admin_c = PulsarAdmin(source_cluster.admin_url, name=source_cluster.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tenant = unique("it-batch-index")
+    topic = f"persistent://{tenant}/ns/batches"
+    try:
+        admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source_cluster.name]})
+        admin_c.put(f"/namespaces/{tenant}/ns")
+        admin_c.put(f"/persistent/{tenant}/ns/batches")
+        c = client(source_cluster)
+        consumer = c.subscribe(topic, "partial", consumer_type=pulsar.ConsumerType.Shared,
+                               initial_position=pulsar.InitialPosition.Earliest, batch_index_ack_enabled=True)
+        producer = c.create_producer(topic, batching_enabled=True, batching_max_messages=BATCH,
+                                     batching_max_publish_delay_ms=60_000)
+        for b in range(BATCHES):
+            for i in range(BATCH):
+                producer.send_async(f"b{b}-{i}".encode(), None)
+            producer.flush()
+        entries: dict[tuple[int, int], int] = {}
+        partial: set[bytes] = set()
+        for m in receive_all(consumer):
+            mid = m.message_id()
+            n = entries.setdefault((mid.ledger_id(), mid.entry_id()), len(entries))
+            if n < 20 or 30 <= n < 40:
+                consumer.acknowledge(m)  # whole entries
+            elif 50 <= n < 60 and mid.batch_index() < 3:
+                consumer.acknowledge(m)  # 3 of 10 messages: only the broker's batch-index state knows
+                partial.add(m.data())
+        consumer.close()
+        c.close()
+        assert len(entries) == BATCHES and len(partial) == 30
+        source = drain(source_cluster, topic)
+        assert sum(source.values()) == BATCHES * BATCH - 300 - 30  # the source itself skips the acked indexes
+
+        spec = write_spec(tmp_path / "spec.json", tenant, source_cluster, cluster_b)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        assert sync(spec, run_dir) == 0
+        rep = progress_report(run_dir)
+        # What the admin API shows was carried exactly; the partial acks were invisible to the step.
+        assert rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"]
+        target = drain(cluster_b, topic)
+        assert not source - target  # nothing lost
+        assert set(target - source) == partial and sum((target - source).values()) == 30  # exactly those again
+    finally:
+        for admin in (admin_c, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            admin.close()
+
+
+def test_target_unreachable_mid_copy_fails_with_one_line_and_a_rerun_heals(
+        batch_index_cluster: LocalCluster, cluster_a: LocalCluster, spark: SparkSession, tmp_path: Path) -> None:
+    from tests.integration.replication_helpers import drain as read_all
+    from tests.integration.replication_helpers import replicate_report
+    from tests.integration.test_replicate_topics import SLOW_COPY, produce_unbatched
+
+    target = batch_index_cluster
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    tenant = unique("it-unreachable")
+    total = 30_000
+    try:
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+        admin_a.put(f"/namespaces/{tenant}/ns")
+        admin_a.put(f"/persistent/{tenant}/ns/t")
+        topic = f"persistent://{tenant}/ns/t"
+        produce_unbatched(cluster_a, topic, total, keys=5)
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, target, options=SLOW_COPY)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        result: dict[str, int] = {}
+        copier = threading.Thread(target=lambda: result.setdefault("code", replicate(spec, run_dir)))
+        copier.start()
+        admin_c = PulsarAdmin(target.admin_url, name=target.name, retries=0, timeout_s=2)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and copier.is_alive():
+            try:
+                if admin_c.get(f"/persistent/{tenant}/ns/t/stats")["msgInCounter"] >= 3_000:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+        assert copier.is_alive(), "the copy ended before the target could be taken away"
+        pulsar_local.stop_clusters([target])  # the target goes away mid-copy
+        copier.join(300)
+        assert result["code"] == 1
+        error = replicate_report(run_dir)["error"]
+        assert "\n" not in error and ("ns/t" in error or "cluster-c" in error), error
+        start_cluster_c()  # it comes back (its data kept); the re-run finishes the job
+        assert replicate(spec, run_dir) == 0
+        rep = replicate_report(run_dir)
+        assert rep["counts"]["skipped_messages"] + rep["counts"]["copied_messages"] == total
+        assert [m["data"] for m in read_all(target, topic)] == [m["data"] for m in read_all(cluster_a, topic)]
+    finally:
+        if tenant in admin_a.get("/tenants"):
+            admin_a.delete(f"/tenants/{tenant}", params={"force": "true"})
+        admin_a.close()
