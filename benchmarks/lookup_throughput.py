@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     levels = [int(v) for v in args.concurrency.split(",") if v.strip()]
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would be the bottleneck
     admin = PulsarAdmin(SOURCE.admin_url, name=SOURCE.name)
     tenant = f"bench-lookup-{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix="lookup-throughput-"))

@@ -129,6 +129,9 @@ def test_target_unreachable_mid_copy_fails_with_one_line_and_a_rerun_heals(
     try:
         admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
         admin_a.put(f"/namespaces/{tenant}/ns")
+        # A topic with neither a subscription nor retention keeps nothing past a ledger roll (here: the target's
+        # restart would trim what the first run copied); sync_metadata carries the policy to the target.
+        admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
         admin_a.put(f"/persistent/{tenant}/ns/t")
         topic = f"persistent://{tenant}/ns/t"
         produce_unbatched(cluster_a, topic, total, keys=5)
