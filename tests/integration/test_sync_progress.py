@@ -276,6 +276,36 @@ def test_resync_after_more_acks_and_a_rewind_converges(migrated: dict[str, Any],
     assert again["counts"].get("acks_sent", 0) == 0
 
 
+def test_dry_run_writes_nothing_and_a_target_with_consumers_is_refused(
+        migrated: dict[str, Any], cluster_b: LocalCluster) -> None:
+    tenant, admin_b = migrated["tenant"], migrated["admin_b"]
+    path = f"/persistent/{tenant}/ns/mixed"
+    first = admin_b.get(f"{path}/internalStats")["ledgers"][0]["ledgerId"]
+    admin_b.post(f"{path}/subscription/shared-30/resetcursor", {"ledgerId": first, "entryId": 0})  # to the start
+    wrong = admin_b.get(f"{path}/internalStats")["cursors"]["shared-30"]
+    dry = migrated["run"].parent / "dry"
+    assert sync(migrated["spec"], dry, "--dry-run") == 0  # before replicate_topics: nothing to translate yet
+    assert "no position map" in progress_report(dry)["details"]["note"]
+    assert sync(migrated["spec"], migrated["run"], "--dry-run") == 0
+    rep = progress_report(migrated["run"])
+    assert rep["verdict"] == "planned" and rep["counts"]["subscriptions_to_set"] == 1
+    planned = [d for d in rep["details"]["subscriptions"] if d.get("reset_to")]
+    assert [(d["topic"].rsplit("/", 1)[-1], d["subscription"]) for d in planned] == [("mixed", "shared-30")]
+    assert admin_b.get(f"{path}/internalStats")["cursors"]["shared-30"] == wrong  # nothing written
+
+    c = client(cluster_b)
+    try:
+        c.subscribe(f"persistent://{tenant}/ns/mixed", "shared-30", consumer_type=pulsar.ConsumerType.Shared,
+                    consumer_name="early-bird", receiver_queue_size=1)
+        assert sync(migrated["spec"], migrated["run"]) == 1
+        rep = progress_report(migrated["run"])
+        assert "consumer(s) of its own" in rep["error"] and "early-bird" in rep["error"]
+    finally:
+        c.close()
+    assert sync(migrated["spec"], migrated["run"]) == 0
+    assert progress_report(migrated["run"])["counts"]["subscriptions_set"] == 1
+
+
 def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str, Any], cluster_a: LocalCluster,
                                                               cluster_b: LocalCluster) -> None:
     """The target's holes subscription is set wrong (everything acked); a sync is SIGKILLed right after it reset
