@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv pulsar-fetch clusters-up clusters-down clusters-status airflow airflow-stop demo test lint clean
+.PHONY: venv pulsar-fetch clusters-up clusters-down clusters-status airflow airflow-stop lookup lookup-stop demo test lint clean
 
 venv:
 	@bash scripts/setup_venv.sh
@@ -30,12 +30,20 @@ airflow-stop: venv
 demo: venv
 	$(PY) -m localdev.demo
 
-test: venv
+# Two pytest workers (one module, or the cluster-c group, per worker at a time: tests/conftest.py); the
+# clusters are started first so the workers find them running instead of racing to start them.
+test: venv clusters-up
 	$(PY) -m ruff check .
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n 2 --dist loadgroup tests
 
 lint: venv
 	$(PY) -m ruff check .
 
-clean: clusters-down airflow-stop
+lookup: venv
+	$(PY) -m localdev.lookup_local start
+
+lookup-stop: venv
+	$(PY) -m localdev.lookup_local stop
+
+clean: clusters-down airflow-stop lookup-stop
 	rm -rf var

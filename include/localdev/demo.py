@@ -17,7 +17,7 @@ from typing import Any
 import requests
 from pulsar_migration.admin import PulsarAdmin
 
-from localdev import airflow_local, pulsar_local
+from localdev import airflow_local, lookup_local, pulsar_local
 from localdev.demo_tenant import build_rich_tenant
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ def run_demo(tenant: str) -> int:
     clusters = pulsar_local.start()
     source, target = clusters[0], clusters[1]
     airflow_local.start()
+    lookup_url = lookup_local.start()
     admin_a, admin_b = source.admin(timeout_s=30), target.admin(timeout_s=30)
     if tenant in admin_a.get("/tenants"):
         log.info("tenant %s already on %s: migrating it as it is", tenant, source.name)
@@ -135,6 +136,15 @@ def run_demo(tenant: str) -> int:
     if a_summary != b_summary or not hashes or hashes.get("desired") != hashes.get("target_actual"):
         raise DemoError(f"tenant {tenant} differs between the clusters after the migration")
     sys.stdout.write(f"   verified: desired hash == target hash ({hashes['desired'][:16]})\n")
+    # The tenant's clients would use the lookup service as their service URL; the switch step flips this route.
+    route = requests.put(f"{lookup_url}/api/v1/routes/{tenant}", timeout=30,
+                         headers={"Authorization": f"Bearer {lookup_local.admin_token()}"},
+                         json={"cluster": source.name, "reason": "demo: the tenant lives on the source",
+                               "actor": "make demo"})
+    if route.status_code >= 300:
+        raise DemoError(f"the lookup service refused the route for {tenant}: HTTP {route.status_code}")
+    sys.stdout.write(f"\nLookup service: {lookup_url} (clients' service URL; {tenant} -> {source.name}; admin "
+                     f"token in {lookup_local.home() / 'admin_token'})\n")
     credentials = f"user {airflow_local.ADMIN_USER}, password {airflow_local.admin_password()}"
     sys.stdout.write(f"\nAirflow UI: {url}  ({credentials})\nStop everything with: make clean\n")
     return 0
@@ -148,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         return run_demo(args.tenant)
-    except (DemoError, pulsar_local.LocalClusterError, airflow_local.AirflowLocalError) as exc:
+    except (DemoError, pulsar_local.LocalClusterError, airflow_local.AirflowLocalError,
+            lookup_local.LookupLocalError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
 

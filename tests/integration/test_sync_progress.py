@@ -92,8 +92,8 @@ def subscribe(c: pulsar.Client, topic: str, name: str, kind: pulsar.ConsumerType
                        receiver_queue_size=2_000)
 
 
-def receive_all(consumer: pulsar.Consumer) -> Iterator[pulsar.Message]:
-    wait = FIRST_MS
+def receive_all(consumer: pulsar.Consumer, first_ms: int = FIRST_MS) -> Iterator[pulsar.Message]:
+    wait = first_ms
     while True:
         try:
             yield consumer.receive(wait)
@@ -133,7 +133,8 @@ def drain(cluster: LocalCluster, topic: str, subscription: str, kind: pulsar.Con
     c = client(cluster)
     try:
         consumer = c.subscribe(topic, subscription, consumer_type=kind, receiver_queue_size=2_000)
-        got = Counter(m.data() for m in receive_all(consumer))
+        first_ms = FIRST_MS if kind == pulsar.ConsumerType.Failover else 2 * IDLE_MS
+        got = Counter(m.data() for m in receive_all(consumer, first_ms))
         consumer.close()
         return got
     finally:

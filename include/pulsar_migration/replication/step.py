@@ -180,9 +180,10 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutco
     try:
         outcomes = results.map(lambda result: result[0]).collect()
         mapped = sum(o.mapped_entries for o in outcomes if o.status == OK)
-        if mapped and not ctx.dry_run:
+        if not ctx.dry_run:  # even with nothing mapped: the map exists once a real run verified (empty topics)
             rows = results.flatMap(lambda result: [row.as_tuple() for row in result[1]])
             posmap.append(spark, ctx.run_dir, spark.createDataFrame(rows, posmap.MAP_SCHEMA))
+            ctx.report.counts["map_rows_appended"] = mapped
         ctx.report.details["position_map"] = posmap.location(ctx.run_dir)
     finally:
         results.unpersist()
