@@ -100,6 +100,7 @@ def spark_submit(step: str, spec: Path, run_dir: Path, **popen: object) -> subpr
 SHARED_GROUPS = {"test_cluster_lifecycle": "cluster-c", "test_cluster_c_faults": "cluster-c"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into node-id suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
