@@ -30,11 +30,11 @@ airflow-stop: venv
 demo: venv
 	$(PY) -m localdev.demo
 
-# Two pytest workers (one module, or the cluster-c group, per worker at a time: tests/conftest.py); the
+# Two pytest workers, each test module whole and in order on one (cluster-c is used by one module only); the
 # clusters are started first so the workers find them running instead of racing to start them.
 test: venv clusters-up
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 --dist loadgroup tests
+	$(PY) -m pytest -n 2 --dist loadfile tests
 
 lint: venv
 	$(PY) -m ruff check .

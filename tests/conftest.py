@@ -93,16 +93,3 @@ def spark_submit(step: str, spec: Path, run_dir: Path, **popen: object) -> subpr
          "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(run_dir)],
         env={**os.environ, "PYSPARK_PYTHON": sys.executable}, start_new_session=True, text=True, **popen)
 
-
-# -- parallel runs (pytest-xdist, `--dist loadgroup`) ------------------------------------------------
-# Every module is one group, so its tests run in order on one worker and its module fixtures are built once.
-# Modules that stop and start the throwaway cluster-c share one group: they must never overlap.
-SHARED_GROUPS = {"test_cluster_lifecycle": "cluster-c", "test_cluster_c_faults": "cluster-c"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into node-id suffixes
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
-            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, item.nodeid.split("::", 1)[0])))

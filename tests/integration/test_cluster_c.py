@@ -1,7 +1,11 @@
-"""Tests on a throwaway third cluster (cluster-c, broker setting `acknowledgmentAtBatchIndexLevelEnabled=true`):
+"""Everything that runs on the throwaway third cluster (cluster-c), in one module so that no two of these
+tests ever overlap (the test suite runs modules on parallel workers):
 
-* sync_progress from such a source: what the README claims is carried exactly (markDelete and whole acked
-  entries) and what is not (messages acked inside a partly acked batch are delivered again; nothing lost);
+* lifecycle promises of the local cluster tooling (start is idempotent and registers all, stop leaves no
+  process, a crashed start reports its log);
+* sync_progress from a source broker with `acknowledgmentAtBatchIndexLevelEnabled=true`: what the README
+  claims is carried exactly (markDelete and whole acked entries) and what is not (messages acked inside a
+  partly acked batch are delivered again; nothing lost);
 * replicate_topics to a target that goes away mid-run: one clear line, exit 1, and a re-run heals."""
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from localdev import pulsar_local
-from localdev.pulsar_local import LocalCluster
+from localdev import processes, pulsar_local
+from localdev.pulsar_local import LocalCluster, LocalClusterError
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
@@ -27,6 +31,53 @@ from tests.conftest import unique
 from tests.integration.replication_helpers import client, replicate
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_sync_progress import progress_report, receive_all, sync
+
+
+@pytest.fixture
+def cluster_c(pulsar_clusters: list[LocalCluster]) -> Iterator[LocalCluster]:
+    cluster = pulsar_local.local_clusters(3)[2]
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+    yield cluster
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(cluster_c: LocalCluster) -> None:
+    pulsar_local.start(3)
+    pid = int(cluster_c.pid_file.read_text())
+    assert cluster_c.admin().healthy()
+    assert set(pulsar_local.local_clusters(1)[0].admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
+    assert set(cluster_c.admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
+
+    pulsar_local.start(3)  # already running: no second broker
+    assert int(cluster_c.pid_file.read_text()) == pid
+    assert pulsar_local.status(3)["cluster-c"].startswith("healthy")
+
+    pulsar_local.stop_clusters([cluster_c])
+    assert not processes.alive(pid)
+    assert not processes.port_in_use(cluster_c.web_port)
+    assert not processes.port_in_use(cluster_c.broker_port)
+    assert pulsar_local.status(3)["cluster-c"] == "stopped"
+
+
+def test_crashed_start_reports_the_log_tail_and_leaves_nothing(cluster_c: LocalCluster,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PM_PULSAR_MEM", "-Xmx1m -Xms1m")  # the JVM cannot start with this heap
+    with pytest.raises(LocalClusterError) as failure:
+        pulsar_local.start(3, timeout_s=60)
+    message = str(failure.value)
+    assert "cluster-c" in message and "last log lines" in message
+    assert "heap" in message.lower()  # the JVM's own complaint, from the log tail
+    assert pulsar_local.status(3)["cluster-c"] == "stopped"
+    assert pulsar_local.status(3)["cluster-a"].startswith("healthy")
+
+
+def test_cli_reports_errors_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert pulsar_local.main(["logs", "cluster-z"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown cluster 'cluster-z'; known: cluster-a, cluster-b"]
+
 
 BATCHES, BATCH = 100, 10
 

@@ -1,0 +1,198 @@
+"""cleanup_source: removes the migrated tenant's copy from the **source only**, after a verified switch.
+
+Order, each refusal one line and nothing deleted:
+
+1. **preconditions**: switch_lookup reported ok in this run dir and the lookup service routes the tenant to
+   the target.
+2. **re-verify**: for every selected partition, the source's messages equal the first messages of the
+   target's partition (count and the order-sensitive content hash replicate_topics uses; the target may
+   have more, written by clients since the switch).
+3. **no clients** on any selected source partition.
+4. **replication off on the source, without cascade**: a namespace that replicates to other clusters is
+   set to replicate to the source only. That deletes topics on the *excluded* clusters only where the
+   clusters read this namespace's policy, i.e. when they share the source's configuration store. So the
+   step first checks that the target does not see the source's namespace policy (the target's own
+   replication list for the namespace differs from the source's, or the target does not have the source in
+   its list): with a shared store the step refuses, since any change there would reach the target.
+   Topic-level policies are never touched: global topic policies replicate and would cascade.
+5. **delete on the source**: each selected topic (force: its subscriptions go with it), then namespaces left
+   empty of topics, then the tenant when asked (`--delete-tenant`) and nothing of it is left.
+
+`--dry-run` (what the DAG runs unless the trigger confirms deletion) does 1-3 and lists what 4-5 would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from pulsar_migration.admin import NotFound, PulsarAdmin, seg
+from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
+from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.replication.content import ContentHash
+from pulsar_migration.replication.reading import read_range
+from pulsar_migration.report import StepReport, stable_hash
+from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.switch.step import connected_clients, selected_partitions
+
+log = logging.getLogger(__name__)
+
+STEP = "cleanup_source"
+
+
+class CleanupError(StepFailed):
+    """A precondition or a check refused the cleanup (one line)."""
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--delete-tenant", action="store_true",
+                        help="also delete the tenant on the source once nothing of it is left there")
+
+
+def run(ctx: StepContext) -> None:
+    spec, report = ctx.spec, ctx.report
+    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
+    try:
+        preconditions(ctx)
+        partitions = selected_partitions(ctx, src_admin)
+        report.counts["partitions"] = len(partitions)
+        verify(ctx, partitions)
+        clients = connected_clients(src_admin, partitions)
+        if clients:
+            raise CleanupError(f"{len(clients)} client(s) still use the source (first: {clients[0]}): nothing deleted")
+        layout = read_layout(src_admin, spec, must_exist=True)
+        namespaces = sorted({ref.namespace for ref in layout.topics} | set(spec.namespaces or []))
+        replication = replication_changes(ctx, src_admin, tgt_admin, namespaces)
+        topics = sorted({f"persistent://{spec.tenant}/{ref.namespace}/{ref.topic}": ref.partitioned
+                         for ref in layout.topics}.items())
+        report.details["plan"] = {"replication_to_source_only": replication, "topics": [t for t, _ in topics],
+                                  "namespaces_if_empty": namespaces,
+                                  "tenant": spec.tenant if getattr(ctx.args, "delete_tenant", False) else None}
+        if ctx.dry_run:
+            return
+        before = target_fingerprint(tgt_admin, spec.tenant, namespaces)
+        for ns in replication:
+            src_admin.post(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/replication", [spec.source])
+        deleted = []
+        for topic, partitioned in topics:
+            path = src_admin.topic_path(topic) + ("/partitions" if partitioned else "")
+            src_admin.delete(path, params={"force": "true"}, expect_json=False)
+            deleted.append(topic)
+        report.counts["topics_deleted"] = len(deleted)
+        removed = []
+        for ns in namespaces:
+            left = src_admin.get(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/topics")
+            if any("__change_events" not in t for t in left):
+                log.info("namespace %s/%s keeps %d topic(s) not selected: left in place", spec.tenant, ns, len(left))
+                continue
+            src_admin.delete(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}", params={"force": "true"},
+                             expect_json=False)
+            removed.append(ns)
+        report.details["namespaces_deleted"] = removed
+        if getattr(ctx.args, "delete_tenant", False) and not src_admin.get(f"/namespaces/{seg(spec.tenant)}"):
+            src_admin.delete(f"/tenants/{seg(spec.tenant)}", expect_json=False)
+            report.details["tenant_deleted"] = True
+        after = target_fingerprint(tgt_admin, spec.tenant, namespaces)
+        report.hashes["target_topics_before"] = stable_hash(before)
+        report.hashes["target_topics_after"] = stable_hash(after)
+        shrunk = [t for t, n in before.items() if after.get(t, -1) < n]
+        if shrunk:
+            raise CleanupError(f"{len(shrunk)} target topic(s) lost entries or vanished during the cleanup (first: "
+                               f"{shrunk[0]}): stop and investigate")
+    finally:
+        src_admin.close()
+        tgt_admin.close()
+
+
+def preconditions(ctx: StepContext) -> None:
+    spec = ctx.spec
+    try:
+        switched = StepReport.read(ctx.run_dir, "switch_lookup")
+    except (FileNotFoundError, OSError):
+        raise CleanupError(f"no switch_lookup report in {ctx.run_dir}: the source is cleaned only after a verified "
+                           "switch") from None
+    if switched.verdict != "ok" or switched.dry_run:
+        raise CleanupError(f"switch_lookup in {ctx.run_dir} is {switched.verdict}: nothing is deleted before a "
+                           "verified switch")
+    if spec.lookup_url:
+        lookup = LookupAdmin(spec.lookup_url, spec.lookup_token())
+        try:
+            route = lookup.route(spec.tenant)["cluster"]
+        except LookupServiceError as exc:
+            raise CleanupError(str(exc)) from None
+        finally:
+            lookup.close()
+        if route != spec.target:
+            raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
+
+
+def verify(ctx: StepContext, partitions: list[str]) -> None:
+    """The source's messages equal the target partition's first messages (count and content hash)."""
+    spec, report = ctx.spec, ctx.report
+    src_client, tgt_client = spec.source_cluster.pulsar_client(), spec.target_cluster.pulsar_client()
+    src_admin = spec.source_cluster.admin()
+    rows = []
+    try:
+        for topic in partitions:
+            last = src_admin.last_message_id(topic)
+            source = ContentHash()
+            if int(last.get("entryId", -1)) >= 0:
+                from pulsar_migration.positions import Position
+
+                upper = Position(int(last["ledgerId"]), int(last["entryId"]))
+                for message, info in read_range(src_client, topic, None, upper):
+                    source.add(message, new_entry=info.batch_index <= 0)
+            target = ContentHash()
+            if source.messages:
+                for message, info in read_range(tgt_client, topic, None):
+                    target.add(message, new_entry=info.batch_index <= 0)
+                    if target.messages == source.messages:
+                        break
+            rows.append(f"{topic}|{source.messages}|{source.hexdigest}")
+            if (target.messages, target.hexdigest) != (source.messages, source.hexdigest):
+                raise CleanupError(f"{topic}: the target does not hold the source's {source.messages} message(s) "
+                                   f"(it starts with {target.messages} of hash {target.hexdigest[:12]}, source "
+                                   f"{source.hexdigest[:12]}): nothing deleted")
+            report.count("messages_verified", source.messages)
+    finally:
+        src_client.close()
+        tgt_client.close()
+        src_admin.close()
+    report.hashes["source"] = stable_hash(rows)
+
+
+def replication_changes(ctx: StepContext, src: PulsarAdmin, tgt: PulsarAdmin, namespaces: list[str]) -> list[str]:
+    """Namespaces whose source replication list names other clusters; refuses when the target shares it."""
+    spec = ctx.spec
+    changes = []
+    for ns in namespaces:
+        path = f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/replication"
+        clusters = sorted(src.get(path) or [])
+        if clusters in ([], [spec.source]):
+            continue
+        try:
+            target_view = sorted(tgt.get(path) or [])
+        except NotFound:
+            target_view = []
+        if spec.source in target_view and target_view == clusters:
+            raise CleanupError(f"namespace {spec.tenant}/{ns} has the same replication clusters {clusters} on both "
+                               "clusters (a shared configuration store?): changing it would delete topics on the "
+                               "target too; nothing deleted")
+        changes.append(ns)
+    return changes
+
+
+def target_fingerprint(admin: PulsarAdmin, tenant: str, namespaces: list[str]) -> dict[str, int]:
+    """Entries stored per target partition. Clients may write meanwhile, so a cleanup is judged by nothing
+    vanishing or shrinking, not by equality."""
+    entries: dict[str, int] = {}
+    for ns in namespaces:
+        try:
+            topics = admin.get(f"/namespaces/{seg(tenant)}/{seg(ns)}/topics")
+        except NotFound:
+            continue
+        for topic in sorted(t for t in topics if "__change_events" not in t):
+            stats: dict[str, Any] = admin.get(f"{admin.topic_path(topic)}/internalStats")
+            entries[topic] = int(stats.get("numberOfEntries") or 0)
+    return entries

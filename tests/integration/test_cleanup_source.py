@@ -1,0 +1,94 @@
+"""cleanup_source with geo-replication configured (the case where a wrong order deletes the target's topics):
+a tenant migrated in geo mode and switched through the lookup service; the dry run changes nothing, the real
+cleanup removes the tenant from the source only, and the target keeps every topic and message."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.cleanup.step import STEP, add_args, run
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+from pulsar_migration.switch.step import run as switch
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.lookup_helpers import TOKEN, start_service
+from tests.integration.replication_helpers import client, drain, replicate
+from tests.integration.tenant_builders import write_spec
+from tests.integration.test_replicate_geo import teardown
+from tests.integration.test_sync_progress import sync
+
+
+def cleanup(spec: Path, run_dir: Path, *extra: str) -> int:
+    return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra], add_args=add_args)
+
+
+def test_cleanup_after_a_geo_switch_touches_only_the_source(
+        cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tenant = unique("it-cleanup")
+    service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
+    monkeypatch.setenv("PM_TEST_LOOKUP_TOKEN", TOKEN)
+    topics = [f"persistent://{tenant}/ns/orders-partition-0", f"persistent://{tenant}/ns/orders-partition-1",
+              f"persistent://{tenant}/ns/audit"]
+    try:
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+        admin_a.put(f"/namespaces/{tenant}/ns")
+        admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+        admin_a.put(f"/persistent/{tenant}/ns/orders/partitions", 2)
+        admin_a.put(f"/persistent/{tenant}/ns/audit")
+        c = client(cluster_a)
+        consumer = c.subscribe(f"persistent://{tenant}/ns/orders", "billing")
+        for name in ("orders", "audit"):
+            producer = c.create_producer(f"persistent://{tenant}/ns/{name}", batching_enabled=False)
+            for i in range(300):
+                producer.send_async(f"{name}-{i}".encode(), None, partition_key=f"k{i % 7}")
+            producer.flush()
+        consumer.close()
+        c.close()
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
+                          options={"geo_timeout_s": 120},
+                          lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+        run_dir = tmp_path / "run"
+        args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+        # Before any switch: refused, nothing deleted.
+        assert cleanup(spec, run_dir) == 1
+        assert "switch" in json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+        assert run_step("sync_metadata", sync_metadata, args) == 0
+        assert replicate(spec, run_dir) == 0
+        assert sync(spec, run_dir) == 0
+        assert run_step("switch_lookup", switch, args) == 0
+        assert sorted(admin_a.get(f"/namespaces/{tenant}/ns/replication")) == [cluster_a.name, cluster_b.name]
+        target_before = {t: drain(cluster_b, t) for t in topics}
+        assert all(len(v) > 0 for v in target_before.values())
+        target_policies = admin_b.get(f"/namespaces/{tenant}/ns")
+
+        assert cleanup(spec, run_dir, "--dry-run") == 0
+        dry = json.loads((run_dir / f"{STEP}.json").read_text())
+        assert dry["verdict"] == "planned" and dry["details"]["plan"]["replication_to_source_only"] == ["ns"]
+        assert sorted(admin_a.get(f"/persistent/{tenant}/ns/partitioned")) == [f"persistent://{tenant}/ns/orders"]
+
+        assert cleanup(spec, run_dir, "--delete-tenant") == 0
+        report = json.loads((run_dir / f"{STEP}.json").read_text())
+        assert report["verdict"] == "ok" and report["counts"]["topics_deleted"] == 2
+        assert report["counts"]["messages_verified"] == 600
+        assert tenant not in admin_a.get("/tenants")  # gone from the source
+        for topic in topics:  # the target keeps every message, the subscription and its policies
+            assert drain(cluster_b, topic) == target_before[topic], topic
+        assert "billing" in admin_b.get(f"/persistent/{tenant}/ns/orders-partition-0/subscriptions")
+        assert admin_b.get(f"/namespaces/{tenant}/ns") == target_policies
+        assert admin_b.get(f"/namespaces/{tenant}/ns/replication") == [cluster_b.name]
+    finally:
+        service.stop()
+        teardown(tenant, admin_a, admin_b, cluster_a.name)
+        admin_a.close()
+        admin_b.close()
+        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
