@@ -168,6 +168,9 @@ def live(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> It
     # floor's unload): those messages were consumed and never reach the target, which is right but would
     # make "every acknowledged send is stored on the target" untestable.
     admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+    # Without deduplication the floor's unload itself may store a re-sent message twice on the source (Pulsar's
+    # own at-least-once publish); the copy would then faithfully carry both. The switch turns it on anyway.
+    admin_a.post(f"/namespaces/{tenant}/ns/deduplication", True)
     admin_a.put(f"/persistent/{tenant}/ns/orders/partitions", 2)
     admin_a.put(f"/persistent/{tenant}/ns/events")
     try:
@@ -238,3 +241,51 @@ def test_live_cutover_copy_mode(live: dict[str, Any], cluster_a: LocalCluster, c
     for c in clients.consumers:
         missing = sent[c.topic] - {payload for payload, _ in c.received}
         assert not missing, f"{c.subscription} never received {sorted(missing)[:5]}"
+
+
+def test_a_failure_before_the_flip_rolls_back_and_clients_carry_on_at_the_source(
+        live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession) -> None:
+    """The injected fault: one consumer talks to the source broker directly, not through the lookup service, so
+    the fence never sees the source quiet. The switch must give up, release the hold with the route unchanged,
+    and the clients must go on at the source with nothing lost."""
+    service: LookupProcess = live["service"]
+    tenant = live["tenant"]
+    clients = Clients(service.url, tenant)
+    clients.start()
+    bypass = pulsar.Client(cluster_a.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    rogue = bypass.subscribe(f"persistent://{tenant}/ns/events", "rogue", consumer_type=pulsar.ConsumerType.Shared)
+    spec = write_spec(live["tmp"] / "spec.json", tenant, cluster_a, cluster_b,
+                      lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+    run_dir = live["tmp"] / "run"
+    import os
+
+    os.environ["PM_TEST_LOOKUP_TOKEN"] = TOKEN
+    try:
+        time.sleep(2)
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        assert sync(spec, run_dir) == 0
+        code = run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
+        time.sleep(8)  # the clients find the source again
+    finally:
+        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+        rogue.close()
+        bypass.close()
+        clients.finish()
+    report = json.loads((run_dir / f"{STEP}.json").read_text())
+    assert code == 1 and report["details"]["rolled_back"] is True
+    assert "rogue" in report["error"]  # found by the fence's wait or by the quiet check after the final delta
+    route = service.api("GET", f"/routes/{tenant}").json()
+    assert route["cluster"] == cluster_a.name and route["held"] is False
+    for p in clients.producers:
+        assert p.failed == [], p.failed[:5]
+        partitions = 2 if p.topic.endswith("orders") else 0
+        mine = [[int(x.split(":")[1]) for x in part if x.startswith(p.name + ":")]
+                for part in stored(cluster_a, p.topic, partitions)]
+        counts = Counter(n for part in mine for n in part)
+        assert sorted(counts) == sorted(p.sent) and max(counts.values()) == 1, p.name
+        # the clients carried on at the source after the rollback: the last sends are stored there too
+        assert max(p.sent) > len(p.sent) // 2
+    sent = {p.topic: {f"{p.name}:{n}" for n in p.sent} for p in clients.producers}
+    for c in clients.consumers:
+        assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription

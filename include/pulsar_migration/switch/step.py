@@ -6,7 +6,9 @@ Order (each phase timed in the report):
 1. **preconditions**: the spec names the lookup service; sync_metadata, replicate_topics and sync_progress
    reported ok in this run dir; the service knows both clusters and routes the tenant to the source (to the
    target already: the switch is done, only the probe runs).
-2. **catch up**: replicate_topics once more while clients still run, so the final delta is small.
+2. **catch up**: replicate_topics once more while clients still run, so the final delta is small; then
+   **deduplication on at the source** (a producer re-sends what was unacknowledged when the fence cut
+   it off; with dedup the source drops those it had stored, which matters if the switch rolls back).
    **hold** the tenant at the lookup service: from now on its clients' lookups are parked, not refused
    (C++ clients back off for up to 60 s after an HTTP error; a late answer costs them nothing).
 3. **fence**: unload the tenant's namespaces on the source. Every client is disconnected; its reconnect
@@ -171,6 +173,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                 if rounds[-1]["counts"].get("copied_entries", 0) <= CATCH_UP_ENOUGH_ENTRIES:
                     break
             report.details["catch_up"] = rounds
+        with phases("source_dedup"):
+            report.details["source_deduplication_enabled_on"] = source_deduplication(ctx, src_admin, partitions)
         with phases("hold"):
             lookup.hold(spec.tenant, reason=f"switch to {spec.target}: hold")
             held_at = time.monotonic()
@@ -216,6 +220,19 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
         if isinstance(exc, StepFailed):
             raise SwitchError(f"switch failed in {phases.current} (rolled back: route unchanged): {exc}") from None
         raise
+
+
+def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[str]) -> list[str]:
+    """Deduplication on for the source namespaces while clients still publish: from then on the source
+    knows each producer's last sequence id, so the re-sends that follow the fence's unload are dropped there
+    too (a rollback leaves nothing stored twice on the source). Returns the namespaces it changed."""
+    from types import SimpleNamespace
+
+    from pulsar_migration.replication.step import enable_deduplication
+
+    prefix = f"persistent://{ctx.spec.tenant}/"
+    jobs = [SimpleNamespace(topic=t, local=t.removeprefix(prefix)) for t in partitions]
+    return enable_deduplication(admin, ctx.spec, jobs)  # type: ignore[arg-type]
 
 
 def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True) -> dict[str, Any]:
