@@ -30,6 +30,7 @@ from typing import Any
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.positions import Position
 from pulsar_migration.replication.content import ContentHash
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.report import StepReport, stable_hash
@@ -57,7 +58,7 @@ def run(ctx: StepContext) -> None:
         preconditions(ctx)
         partitions = selected_partitions(ctx, src_admin)
         report.counts["partitions"] = len(partitions)
-        verify(ctx, partitions)
+        verify(ctx, src_admin, partitions)
         clients = connected_clients(src_admin, partitions)
         if clients:
             raise CleanupError(f"{len(clients)} client(s) still use the source (first: {clients[0]}): nothing deleted")
@@ -127,19 +128,16 @@ def preconditions(ctx: StepContext) -> None:
             raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
 
 
-def verify(ctx: StepContext, partitions: list[str]) -> None:
+def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> None:
     """The source's messages equal the target partition's first messages (count and content hash)."""
     spec, report = ctx.spec, ctx.report
     src_client, tgt_client = spec.source_cluster.pulsar_client(), spec.target_cluster.pulsar_client()
-    src_admin = spec.source_cluster.admin()
     rows = []
     try:
         for topic in partitions:
             last = src_admin.last_message_id(topic)
             source = ContentHash()
             if int(last.get("entryId", -1)) >= 0:
-                from pulsar_migration.positions import Position
-
                 upper = Position(int(last["ledgerId"]), int(last["entryId"]))
                 for message, info in read_range(src_client, topic, None, upper):
                     source.add(message, new_entry=info.batch_index <= 0)
@@ -158,7 +156,6 @@ def verify(ctx: StepContext, partitions: list[str]) -> None:
     finally:
         src_client.close()
         tgt_client.close()
-        src_admin.close()
     report.hashes["source"] = stable_hash(rows)
 
 

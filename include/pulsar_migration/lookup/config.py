@@ -105,9 +105,7 @@ class LookupConfig:
             raise ConfigError(f"lookup config {where} does not exist") from None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"lookup config {where} is not valid JSON: {exc}") from None
-        config = cls.from_dict(data)
         overrides = {"PM_LOOKUP_DATABASE_URL": "database_url", "PM_LOOKUP_PORT": "port", "PM_LOOKUP_HOST": "host"}
-        for env, key in overrides.items():
-            if os.environ.get(env):
-                data[key] = os.environ[env]
-        return cls.from_dict(data) if any(os.environ.get(e) for e in overrides) else config
+        if isinstance(data, dict):
+            data.update({key: os.environ[env] for env, key in overrides.items() if os.environ.get(env)})
+        return cls.from_dict(data)
