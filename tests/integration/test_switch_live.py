@@ -78,11 +78,9 @@ class Clients:
                                              initial_position=pulsar.InitialPosition.Earliest)
             self.threads.append(threading.Thread(target=self._consume, args=(c, consumer), daemon=True))
         for p in self.producers:
-            # No send timeout: the hold still lasts 20-40 s (the final delta and progress sync run in Spark),
-            # beyond the client's default 30 s; see README "switch_lookup (first cut)".
+            # The client's default 30 s send timeout: a hold that outlasted it would fail sends.
             producer = self.client.create_producer(p.topic, producer_name=p.name, batching_enabled=p.batched,
-                                                   batching_max_publish_delay_ms=10, block_if_queue_full=True,
-                                                   send_timeout_millis=0)
+                                                   batching_max_publish_delay_ms=10, block_if_queue_full=True)
             self.threads.append(threading.Thread(target=self._produce, args=(p, producer), daemon=True))
         for t in self.threads:
             t.start()

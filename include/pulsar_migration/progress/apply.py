@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 CONSUMER_NAME = "pulsar-migration-sync-progress"
 ACK_TIMEOUT_S = 120.0
+ACK_MAX_IN_FLIGHT = 10_000
+VERIFY_ATTEMPTS = 4  # acks travel asynchronously: a readback right after the consumer closed may trail
 
 
 class ProgressError(RuntimeError):

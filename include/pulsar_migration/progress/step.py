@@ -17,9 +17,17 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound
-from pulsar_migration.progress import translate
-from pulsar_migration.progress.apply import Applied, CursorPlan, ProgressError, apply_cursor
+from pulsar_migration.progress import translate, window
+from pulsar_migration.progress.apply import (
+    ACK_MAX_IN_FLIGHT,
+    VERIFY_ATTEMPTS,
+    Applied,
+    CursorPlan,
+    ProgressError,
+    apply_cursor,
+)
 from pulsar_migration.progress.cursors import CursorState, read_cursors
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import inventory
@@ -30,8 +38,6 @@ from pulsar_migration.stepjob import StepContext, StepFailed
 log = logging.getLogger(__name__)
 
 STEP = "sync_progress"
-ACK_MAX_IN_FLIGHT = 10_000
-VERIFY_ATTEMPTS = 4  # acks travel asynchronously: a readback right after the consumer closed may trail
 DETAIL_LIMIT = 20
 
 
@@ -41,8 +47,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                              "acknowledged messages, as Pulsar's replicated subscriptions do (never exact)")
 
 
-def run(ctx: StepContext) -> None:
-    spec, report, spark = ctx.spec, ctx.report, ctx.spark
+def run(ctx: StepContext, *, in_driver: bool = False) -> None:
+    """The step body; `in_driver` (the cutover's final sync) first tries progress.window, which needs no Spark
+    job, and falls back to the Spark path when the window is not for it."""
+    spec, report = ctx.spec, ctx.report
     markdelete_only = bool(getattr(ctx.args, "markdelete_only", False))
     report.details["translation"] = "markdelete-only" if markdelete_only else "exact"
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
@@ -53,6 +61,16 @@ def run(ctx: StepContext) -> None:
         tgt_admin.close()
     topics = [job.topic for job in jobs]
     report.counts["partitions"] = len(topics)
+    if in_driver and not ctx.dry_run and not markdelete_only and rundir.is_local(ctx.run_dir):
+        try:
+            window.sync(ctx, topics)
+            report.details["path"] = "driver"
+            return
+        except window.Declined as exc:
+            log.info("final sync in the driver declined (%s): the Spark path takes over", exc)
+            report.details["driver_declined"] = str(exc)
+    report.details["path"] = "spark"
+    spark = ctx.spark
     position_map = posmap.read_map(spark, ctx.run_dir)
     if position_map is None:
         if ctx.dry_run:

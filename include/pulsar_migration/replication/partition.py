@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +35,7 @@ from pulsar_migration.spec import MigrationSpec
 log = logging.getLogger(__name__)
 
 OK, FAILED, PLANNED = "ok", "failed", "planned"
+HEADERS_LOOKAHEAD = 64  # entries read ahead of the sender, their header fetches under way
 
 
 @dataclass(frozen=True)
@@ -198,19 +201,52 @@ class SchemaCache:
 
 
 class EntryHeaders:
-    """The admin API's `X-Pulsar-*` headers of the entry being copied, fetched at most once per entry (the
-    delivery-time and the identity lookups both read them)."""
+    """The admin API's `X-Pulsar-*` headers of the entries being copied, fetched once per entry (the
+    delivery-time and the identity lookups both read them). `prefetch` starts the fetch of an entry the copy
+    will reach soon in a small thread pool, so a partition of unbatched messages costs one admin round trip
+    per PREFETCH_WORKERS entries rather than one per entry."""
+
+    PREFETCH_WORKERS = 8
 
     def __init__(self, admin: PulsarAdmin, topic: str) -> None:
         self.admin, self.topic = admin, topic
+        self._pending: dict[Position, Future[dict[str, str]]] = {}
+        self._pool: ThreadPoolExecutor | None = None
         self._position: Position | None = None
         self._headers: dict[str, str] = {}
 
+    def prefetch(self, info: MessageIdInfo) -> None:
+        if info.position == self._position or info.position in self._pending:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.PREFETCH_WORKERS, thread_name_prefix="entry-headers")
+        self._pending[info.position] = self._pool.submit(self.admin.entry_headers, self.topic, info.ledger,
+                                                         info.entry)
+
     def __call__(self, info: MessageIdInfo) -> dict[str, str]:
         if info.position != self._position:
-            self._headers = self.admin.entry_headers(self.topic, info.ledger, info.entry)
+            pending = self._pending.pop(info.position, None)
+            self._headers = pending.result() if pending is not None else self.admin.entry_headers(
+                self.topic, info.ledger, info.entry)
             self._position = info.position
         return self._headers
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
+
+
+def lookahead(items: Iterator[tuple[Any, MessageIdInfo]], depth: int,
+              on_enter: Callable[[Any, MessageIdInfo], None]) -> Iterator[tuple[Any, MessageIdInfo]]:
+    """Yields `items` unchanged, calling `on_enter` on each up to `depth` items before it is yielded."""
+    buffer: deque[tuple[Any, MessageIdInfo]] = deque()
+    for item in items:
+        on_enter(*item)
+        buffer.append(item)
+        if len(buffer) > depth:
+            yield buffer.popleft()
+    yield from buffer
 
 
 def delivery_time_lookup(headers_of: EntryHeaders, horizon_s: int, outcome: PartitionOutcome) -> Any:
@@ -219,10 +255,10 @@ def delivery_time_lookup(headers_of: EntryHeaders, horizon_s: int, outcome: Part
     are looked up through the admin API's entry endpoint; horizon 0 turns this off, -1 looks at all."""
     if horizon_s == 0:
         return lambda message, info: None
-    oldest = (time.time() - horizon_s) * 1000 if horizon_s > 0 else None
+    wanted = headers_wanted(horizon_s, keep_identity=False)
 
     def lookup(message: Any, info: MessageIdInfo) -> int | None:
-        if oldest is not None and message.publish_timestamp() < oldest:
+        if not wanted(message, info):
             return None
         outcome.delivery_time_lookups += 1
         value = headers_of(info).get("X-Pulsar-deliver-at-time")
@@ -231,6 +267,21 @@ def delivery_time_lookup(headers_of: EntryHeaders, horizon_s: int, outcome: Part
         return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
 
     return lookup
+
+
+def headers_wanted(horizon_s: int, *, keep_identity: bool) -> Callable[[Any, MessageIdInfo], bool]:
+    """Whether the copy will ask for an entry's headers: every entry for identities, else unbatched ones
+    within the delivery-time horizon (the sender asks only about unbatched messages)."""
+    oldest = (time.time() - horizon_s) * 1000 if horizon_s > 0 else None
+
+    def wanted(message: Any, info: MessageIdInfo) -> bool:
+        if keep_identity:
+            return True
+        if horizon_s == 0 or info.batched:
+            return False
+        return oldest is None or message.publish_timestamp() >= oldest
+
+    return wanted
 
 
 def identity_lookup(headers_of: EntryHeaders) -> Any:
@@ -321,9 +372,17 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
         deliver_at_for=delivery_time_lookup(headers_of, delivery_horizon_s, outcome),
         on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None)
+    wanted = headers_wanted(delivery_horizon_s, keep_identity=job.keep_identity)
+
+    def prefetch(message: Any, info: MessageIdInfo) -> None:
+        if not dry_run and info.batch_index <= 0 and wanted(message, info) and (
+                resume_after is None or info.position > resume_after):
+            headers_of.prefetch(info)
+
     try:
         if job.upper is not None:
-            for message, info in read_range(src_client, job.topic, map_source, job.upper):
+            entries = read_range(src_client, job.topic, map_source, job.upper)
+            for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if resume_after is not None and info.position <= resume_after:
                     outcome.skipped_messages += 1
@@ -342,6 +401,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
             outcome.copied_bytes, outcome.deduplicated = stats.bytes, stats.deduplicated
             outcome.delayed_messages = stats.delayed
     finally:
+        headers_of.close()
         if sender is not None:
             sender.close()
     outcome.copy_s = round(time.monotonic() - started, 3)

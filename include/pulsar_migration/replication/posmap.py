@@ -8,7 +8,11 @@ partition, so rows never repeat; readers still drop duplicates defensively.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
 from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -113,3 +117,56 @@ def collect_ends(spark: SparkSession, run_dir: str) -> dict[str, MapEnd]:
 
 def append(spark: SparkSession, run_dir: str, rows: DataFrame) -> None:
     rows.select(*MAP_SCHEMA.fieldNames()).write.mode("append").parquet(location(run_dir))
+
+
+# -- in the driver, without Spark jobs (the cutover's final delta: seconds count) ----------------------
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    kinds = {T.StringType: pa.string(), T.IntegerType: pa.int32(), T.LongType: pa.int64(), T.BooleanType: pa.bool_()}
+    return pa.schema([pa.field(f.name, kinds[type(f.dataType)], nullable=f.nullable) for f in MAP_SCHEMA.fields])
+
+
+def append_local(run_dir: str, rows: Iterable[MapRow]) -> int:
+    """Appends rows as one Parquet file written in this process (a local run dir only); returns the count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    batch = [row.as_tuple() for row in rows]
+    directory = Path(rundir.local_path(location(run_dir)))
+    directory.mkdir(parents=True, exist_ok=True)
+    schema = _arrow_schema()
+    columns = list(zip(*batch, strict=True)) if batch else [() for _ in schema]
+    table = pa.Table.from_arrays([pa.array(list(col), type=f.type) for col, f in zip(columns, schema, strict=True)],
+                                 schema=schema)
+    # Written under a hidden name, then renamed: a reader never sees half a file (readers skip "." names).
+    name = f"part-driver-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, directory / f".{name}.tmp")
+    (directory / f".{name}.tmp").rename(directory / name)
+    return len(batch)
+
+
+def read_local(run_dir: str, topics: Iterable[str] | None = None) -> Any | None:
+    """The map rows (of `topics`, or all) as a pandas DataFrame (duplicates dropped), read in this process; None
+    when the run dir has no map yet."""
+    import pyarrow.dataset as ds
+
+    directory = Path(rundir.local_path(location(run_dir)))
+    if not directory.is_dir() or not any(p.suffix == ".parquet" for p in directory.iterdir()):
+        return None
+    dataset = ds.dataset(str(directory), format="parquet", schema=_arrow_schema())
+    wanted = None if topics is None else ds.field("topic").isin(list(topics))
+    frame = dataset.to_table(filter=wanted).to_pandas()
+    return frame.drop_duplicates(list(KEY_COLUMNS))
+
+
+def ends_local(run_dir: str) -> dict[str, MapEnd]:
+    """collect_ends without Spark: per topic, the last mapped entry on both sides."""
+    frame = read_local(run_dir)
+    if frame is None or frame.empty:
+        return {}
+    last = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").tail(1)
+    return {row.topic: MapEnd(Position(int(row.target_ledger), int(row.target_entry)),
+                              Position(int(row.source_ledger), int(row.source_entry)))
+            for row in last.itertuples(index=False)}

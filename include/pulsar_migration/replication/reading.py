@@ -42,11 +42,13 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
     try:
         stalled_since: float | None = None
         while True:
+            # Asked before every read, not after a timed-out one: the client answers from the broker's last
+            # id it has cached while that is ahead, so only the end costs a round trip, never a poll wait.
+            if not _more_available(reader, topic):
+                return
             try:
                 message = reader.read_next(READ_POLL_MS)
             except pulsar.Timeout:
-                if not _more_available(reader, topic):
-                    return
                 stalled_since = stalled_since or time.monotonic()
                 if time.monotonic() - stalled_since > STALL_LIMIT_S:
                     raise ReadError(f"reading {topic} stalled for {STALL_LIMIT_S:.0f}s") from None

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
 
+from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
@@ -35,15 +36,22 @@ class ReplicationError(StepFailed):
     """Inventory or preparation found something that stops the step (one line)."""
 
 
-def run(ctx: StepContext, *, keep_identity: bool = False) -> None:
+def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = False) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
-    sequence ids on the copies (see replication.sending)."""
+    sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
+    dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
+    cost would dominate a delta of a few hundred entries."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
+    in_driver = in_driver and rundir.is_local(ctx.run_dir) and not ctx.dry_run
+    report.details["in_driver"] = in_driver
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
         started = time.monotonic()
-        ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
+        if in_driver:
+            ends = posmap.ends_local(ctx.run_dir)
+        else:
+            ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
         jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run)
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
@@ -63,7 +71,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False) -> None:
                 report.details["geo"] = geo.prepare(spec, src_admin, tgt_admin, jobs)
             report.details["prepare_s"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
-        outcomes = replicate(ctx, jobs)
+        outcomes = replicate_in_driver(ctx, jobs) if in_driver else replicate(ctx, jobs)
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         summarise(ctx, outcomes, time.monotonic() - started)
     finally:
@@ -188,6 +196,18 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutco
     finally:
         results.unpersist()
     return outcomes
+
+
+def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
+    """The same partition tasks in driver threads (bounded by the spec's admin concurrency); the verified
+    partitions' rows are appended to the map in one local Parquet file."""
+    task = _partition_task(ctx.spec, ctx.dry_run)
+    with ThreadPoolExecutor(max(1, min(ctx.spec.admin_concurrency, len(jobs)))) as pool:
+        results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]
+    rows = [row for outcome, job_rows in results if outcome.status == OK for row in job_rows]
+    ctx.report.counts["map_rows_appended"] = posmap.append_local(ctx.run_dir, rows)
+    ctx.report.details["position_map"] = posmap.location(ctx.run_dir)
+    return [outcome for outcome, _ in results]
 
 
 # -- report ------------------------------------------------------------------------------------------

@@ -166,12 +166,15 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
     flipped = False
     held_at = None
     try:
-        with phases("catch_up"):  # shrinks the final delta, which runs while clients wait
+        with phases("catch_up"):  # shrinks the final delta and the final sync, which run while clients wait
             rounds = []
-            for _ in range(CATCH_UP_ROUNDS):
-                rounds.append(sub_step(ctx, "replicate_topics", keep_identity=False))
-                if rounds[-1]["counts"].get("copied_entries", 0) <= CATCH_UP_ENOUGH_ENTRIES:
+            for n in range(CATCH_UP_ROUNDS):
+                rounds.append(sub_step(ctx, "replicate_topics", keep_identity=False, in_driver=n > 0,
+                                       name=f"catch_up.{n}"))
+                if n > 0 and rounds[-1]["counts"].get("copied_entries", 0) <= CATCH_UP_ENOUGH_ENTRIES:
                     break
+            # Subscriptions that moved since sync_progress are set now, so the final sync has little to do.
+            rounds.append(sub_step(ctx, "sync_progress", in_driver=True, name="catch_up"))
             report.details["catch_up"] = rounds
         with phases("source_dedup"):
             report.details["source_deduplication_enabled_on"] = source_deduplication(ctx, src_admin, partitions)
@@ -184,9 +187,9 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             wait_clients_gone(src_admin, partitions)
             before = last_entries(src_admin, partitions)
         with phases("final_replicate"):
-            report.details["final_replicate"] = sub_step(ctx, "replicate_topics")
+            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True)
         with phases("final_progress"):
-            report.details["final_progress"] = sub_step(ctx, "sync_progress")
+            report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True)
         with phases("quiet_check"):
             after = last_entries(src_admin, partitions)
             moved = [t for t in partitions if before[t] != after[t]]
@@ -235,27 +238,31 @@ def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[
     return enable_deduplication(admin, ctx.spec, jobs)  # type: ignore[arg-type]
 
 
-def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True) -> dict[str, Any]:
+def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driver: bool = False,
+             name: str = "") -> dict[str, Any]:
     """Runs replicate_topics or sync_progress in this process under the switch; its report goes to
-    RUN_DIR/switch_lookup.<step>.json. Returns its verdict and counts; StepFailed when it failed."""
+    RUN_DIR/switch_lookup.<step>[.<name>].json. `in_driver` takes their driver-only paths (no Spark job; the
+    final delta is small and clients wait for it). Returns its verdict, counts and time; StepFailed when it
+    failed."""
     from pulsar_migration.progress.step import run as progress_run
     from pulsar_migration.replication.step import run as replication_run
 
-    report = StepReport.start(f"{STEP}.{step}{'' if keep_identity else '.catch_up'}", ctx.spec)
+    report = StepReport.start(f"{STEP}.{step}{'.' + name if name else ''}", ctx.spec)
     sub = StepContext(step=step, spec=ctx.spec, run_dir=ctx.run_dir, dry_run=False,
                       args=argparse.Namespace(markdelete_only=False), report=report, _lazy_spark=ctx._lazy_spark)
     try:
         if step == "replicate_topics":
-            replication_run(sub, keep_identity=keep_identity)
+            replication_run(sub, keep_identity=keep_identity, in_driver=in_driver)
         else:
-            progress_run(sub)
+            progress_run(sub, in_driver=in_driver)
         report.finish("ok")
     except StepFailed as exc:
         report.finish("failed", str(exc))
-        raise SwitchError(f"final {step}: {exc}") from None
+        raise SwitchError(f"{name or 'final'} {step}: {exc}") from None
     finally:
         report.write(ctx.run_dir)
-    return {"verdict": report.verdict, "counts": report.counts, "duration_s": report.duration_s}
+    return {"verdict": report.verdict, "counts": report.counts, "duration_s": report.duration_s,
+            "path": report.details.get("path") or ("driver" if report.details.get("in_driver") else "spark")}
 
 
 def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> None:
