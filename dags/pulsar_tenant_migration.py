@@ -21,7 +21,15 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    message, translated entry by entry through the position map (a Spark join), applied by a cursor
    reset plus grouped acknowledgements, then read back and compared: lost and duplicated must be 0.
    Subscriptions already exact are left alone, so re-runs converge.
-5. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
+5. **switch_lookup** (spark-submit) moves the tenant's live clients to the target through the lookup service
+   of `lookup_conn`: catch-up copies, hold the tenant's lookups, unload it on the source (the fence), final
+   delta and final progress sync in the driver (about 2 s of hold), flip the route, release, probe. Any
+   failure before the flip releases the hold with the route unchanged: clients carry on at the source.
+6. **cleanup_source** (spark-submit) re-verifies every partition (counts and content hashes), checks that
+   no client is left on the source, and deletes the tenant's topics and emptied namespaces there (the
+   tenant too with *Delete the tenant*), on the **source only**. Without *Confirm cleanup* it is a dry
+   run that lists what it would delete.
+7. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
    plan location and conflicts (XCom). It fails whenever the step did, so a failed step never leaves
    the run green.
 
@@ -34,10 +42,12 @@ without loss or duplicates), so a failed run can simply be triggered again with 
 RUN_DIR is `<Variable pulsar_migration_run_dir_base>/pulsar_tenant_migration/<run id>` (a relative
 base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`,
 `sync_metadata_plan/` (Parquet), `replicate_topics.json`, `position_map/` (Parquet) and
-`sync_progress.json`.
+`sync_progress.json`, `switch_lookup.json` (with its sub-reports `switch_lookup.<step>.*.json`) and
+`cleanup_source.json`.
 
 Connections: a Pulsar connection's host/port/schema give the admin URL; extra holds `cluster_name`,
-`service_url` and `tls`; the password, if any, is the token. Tokens reach Spark only as environment
+`service_url` and `tls`; the password, if any, is the token. The lookup service's connection gives its URL
+the same way; its password is the service's admin token. Tokens reach Spark only as environment
 variables `PULSAR_TOKEN_<CONN_ID>`; the spec names the variable, never the token.
 """
 
@@ -86,6 +96,18 @@ with DAG(
                                               "where each landed. geo: Pulsar's own geo-replication is enabled on "
                                               "the namespaces (older messages included) and drained; it needs "
                                               "the brokers to reach each other."),
+        "lookup_conn": Param("pulsar_lookup", type="string", pattern=dag_support.CONN_ID_PATTERN,
+                             title="Lookup service connection", section="Clusters",
+                             description="Airflow connection id of the lookup service the tenant's clients use as "
+                                         "their service URL (host/port/schema = its URL, password = its admin "
+                                         "token); switch_lookup flips the tenant's route there."),
+        "confirm_cleanup": Param(False, type="boolean", title="Confirm cleanup", section="Cleanup",
+                                 description="Delete the tenant's topics and namespaces on the source after the "
+                                             "verified switch. Off: cleanup_source only verifies and lists what it "
+                                             "would delete. The target is never touched."),
+        "delete_tenant": Param(False, type="boolean", title="Delete the tenant", section="Cleanup",
+                               description="With Confirm cleanup: also delete the tenant itself on the source once "
+                                           "nothing of it is left there."),
         "dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
                          description="Plan and report only; no cluster is changed."),
         "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
@@ -100,7 +122,10 @@ with DAG(
     max_active_runs=1,
 ):
     spec = render_spec_task(PROJECT_ROOT)
-    # Each step chains on the previous publish task; switch_lookup and cleanup_source follow.
+    # Each step chains on the previous publish task, so a step runs only after the one before verified.
     _, metadata_published = step_tasks("sync_metadata", PROJECT_ROOT, upstream=spec)
     _, replication_published = step_tasks("replicate_topics", PROJECT_ROOT, upstream=metadata_published)
-    step_tasks("sync_progress", PROJECT_ROOT, upstream=replication_published)
+    _, progress_published = step_tasks("sync_progress", PROJECT_ROOT, upstream=replication_published)
+    _, switch_published = step_tasks("switch_lookup", PROJECT_ROOT, upstream=progress_published)
+    step_tasks("cleanup_source", PROJECT_ROOT, upstream=switch_published, dry_run_unless="confirm_cleanup",
+               flags={"delete_tenant": "--delete-tenant"})

@@ -144,8 +144,19 @@ def macros(project_root: str | Path) -> dict[str, Any]:
 # -- the migration DAG: params -> spec, report -> verdict ------------------------------------------
 
 
-def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any) -> dict[str, Any]:
-    """The validated MigrationSpec document (defaults filled in) for a trigger's params and its two connections.
+def lookup_from_connection(conn: Any) -> dict[str, Any]:
+    """The spec's `lookup` entry from the lookup service's connection: host/port/schema give its URL, the
+    password (if any) is its admin token, passed as the variable `token_env_name(conn_id)`."""
+    if not conn.host:
+        raise ValueError(f"connection {conn.conn_id}: host (the lookup service's host) is empty")
+    url = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
+    return {"url": url, "token_env": token_env_name(conn.conn_id) if conn.password else None}
+
+
+def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
+                  lookup_conn: Any | None = None) -> dict[str, Any]:
+    """The validated MigrationSpec document (defaults filled in) for a trigger's params and its two connections
+    (and the lookup service's, which switch_lookup and cleanup_source need).
 
     SpecError (one line) for a bad combination: same cluster on both sides, a bad regex, a connection
     lacking host or service_url.
@@ -162,6 +173,11 @@ def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any)
         clusters.setdefault(name, entry)
         names.append(name)
     document: dict[str, Any] = {"source": names[0], "target": names[1], "clusters": clusters}
+    if lookup_conn is not None:
+        try:
+            document["lookup"] = lookup_from_connection(lookup_conn)
+        except ValueError as exc:
+            raise SpecError(f"spec: {exc}") from exc
     for param, path in PARAM_TO_SPEC.items():
         if param in params:
             node = document

@@ -12,7 +12,7 @@ only wires it into Airflow (imported by DAG files, never by Spark jobs).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,12 @@ SPEC_TASK_ID = "render_spec"
 SPARK_CONN_ID = "spark_default"
 ADMIN_POOL = "pulsar_admin"
 CONN_PARAMS = ("source_conn", "target_conn")
+LOOKUP_PARAM = "lookup_conn"  # optional: without it, switch_lookup fails with one line (no route to switch)
+
+
+def connection_ids(params: Any) -> list[str]:
+    """The trigger's connections whose tokens a step may need: both clusters and the lookup service."""
+    return [params[p] for p in CONN_PARAMS] + ([params[LOOKUP_PARAM]] if params.get(LOOKUP_PARAM) else [])
 _FROM_SPEC = "{{ ti.xcom_pull(task_ids='" + SPEC_TASK_ID + "')['%s'] }}"
 
 
@@ -46,7 +52,8 @@ def render_spec_task(project_root: str | Path) -> XComArg:
         params = ctx["params"]
         try:
             conns = [BaseHook.get_connection(params[p]) for p in CONN_PARAMS]
-            document = dag_support.spec_document(params, *conns)
+            lookup = BaseHook.get_connection(params[LOOKUP_PARAM]) if params.get(LOOKUP_PARAM) else None
+            document = dag_support.spec_document(params, *conns, lookup_conn=lookup)
         except (ValueError, AirflowNotFoundException) as exc:
             # Bad input does not get better on retry: fail now, with the one line as the reason.
             raise AirflowFailException(str(exc)) from None
@@ -71,7 +78,7 @@ class MigrationStepOperator(SparkSubmitOperator):
     """
 
     def __init__(self, *, step: str, project_root: str | Path, extra_args: Sequence[str] = (),
-                 **kwargs: Any) -> None:
+                 dry_run_unless: str | None = None, flags: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("task_id", step)
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         kwargs.setdefault("pool", ADMIN_POOL)
@@ -85,6 +92,8 @@ class MigrationStepOperator(SparkSubmitOperator):
         super().__init__(application=str(Path(project_root) / "spark_jobs" / f"{step}.py"),
                          application_args=args, **kwargs)
         self.step = step
+        self.dry_run_unless = dry_run_unless
+        self.flags = dict(flags or {})
         # Rendering overwrites the templated fields in place; these keep the originals for every run.
         self._base_args = list(args)
         self._base_env = dict(self.env_vars or {})
@@ -93,8 +102,10 @@ class MigrationStepOperator(SparkSubmitOperator):
         params = context["params"]
         # The trigger picks the connections, so the variables' names are known only now; their values
         # are still templates, rendered (and masked) by Airflow like any other field.
-        self.env_vars = {**self._base_env, **dag_support.token_env_vars(params[p] for p in CONN_PARAMS)}
-        self.application_args = [*self._base_args, *(["--dry-run"] if params.get("dry_run") else [])]
+        self.env_vars = {**self._base_env, **dag_support.token_env_vars(connection_ids(params))}
+        flags = [flag for param, flag in self.flags.items() if params.get(param)]
+        dry = step_is_dry_run(params, self.dry_run_unless)
+        self.application_args = [*self._base_args, *flags, *(["--dry-run"] if dry else [])]
         super().render_template_fields(context, jinja_env)
 
     def execute(self, context: Any) -> dict[str, str]:
@@ -103,13 +114,23 @@ class MigrationStepOperator(SparkSubmitOperator):
         return {"report": rundir.join(args[args.index("--run-dir") + 1], f"{self.step}.json")}
 
 
-def step_tasks(step: str, project_root: str | Path, upstream: Any) -> tuple[MigrationStepOperator, XComArg]:
+def step_is_dry_run(params: Any, dry_run_unless: str | None) -> bool:
+    """A step plans only when the trigger asks for a dry run, or when it needs a confirmation it lacks."""
+    return bool(params.get("dry_run")) or (dry_run_unless is not None and not params.get(dry_run_unless))
+
+
+def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_unless: str | None = None,
+               flags: Mapping[str, str] | None = None,
+               retries: int = 0) -> tuple[MigrationStepOperator, XComArg]:
     """`<step>` (spark-submit) and `publish_<step>_report`, downstream of `upstream`; returns both.
 
-    The publish task runs whatever the step's outcome (all_done) and fails unless the step succeeded
-    and its report says so, so a failed step can never leave the DAG run green.
+    `dry_run_unless` names a boolean param without which the step only plans (cleanup_source: deletion must
+    be confirmed); `flags` maps boolean params to step arguments. The publish task runs whatever the step's
+    outcome (all_done) and fails unless the step succeeded and its report says so, so a failed step can
+    never leave the DAG run green.
     """
-    submit = MigrationStepOperator(step=step, project_root=project_root)
+    submit = MigrationStepOperator(step=step, project_root=project_root, dry_run_unless=dry_run_unless,
+                                   flags=flags, retries=retries)
 
     @task(task_id=f"publish_{step}_report", trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def publish() -> dict[str, Any]:
@@ -123,7 +144,7 @@ def step_tasks(step: str, project_root: str | Path, upstream: Any) -> tuple[Migr
         finished = ti.xcom_pull(task_ids=submit.task_id)
         try:
             return dag_support.step_outcome(rendered["run_dir"], step, step_succeeded=finished is not None,
-                                            dry_run=bool(ctx["params"].get("dry_run")), log=log)
+                                            dry_run=step_is_dry_run(ctx["params"], dry_run_unless), log=log)
         except dag_support.StepOutcomeError as exc:
             raise AirflowFailException(str(exc)) from None
 

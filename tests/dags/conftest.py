@@ -7,6 +7,7 @@ module there imports Airflow. It is the same environment `make airflow` runs wit
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,6 +21,9 @@ from pathlib import Path
 import pytest
 from localdev.airflow_local import airflow_env, run_airflow_cli
 from localdev.paths import PROJECT_ROOT
+from localdev.pulsar_local import LocalCluster
+
+from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,20 @@ def airflow_db() -> Iterator[AirflowTestDb]:
     apply_s = time.monotonic() - started
     log.info("airflow test DB at %s: migrate %.1fs, settings %.1fs %s", AIRFLOW_TEST_HOME, migrate_s, apply_s, outcome)
     yield AirflowTestDb(AIRFLOW_TEST_HOME, RUNS_DIR, migrate_s, apply_s)
+
+
+@pytest.fixture(scope="session")
+def lookup_service(cluster_a: LocalCluster, cluster_b: LocalCluster,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[LookupProcess]:
+    """A lookup service of its own (routes in a temp dir, unknown tenants to cluster-a), reached by the DAG's
+    default `pulsar_lookup` connection, whose password is the service's admin token (env beats the DB)."""
+    service = start_service(tmp_path_factory.mktemp("lookup"), [cluster_a, cluster_b], cluster_a)
+    os.environ["AIRFLOW_CONN_PULSAR_LOOKUP"] = json.dumps({"conn_type": "http", "host": "127.0.0.1",
+                                                           "port": service.port, "schema": "http",
+                                                           "password": TOKEN})
+    yield service
+    os.environ.pop("AIRFLOW_CONN_PULSAR_LOOKUP", None)
+    service.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

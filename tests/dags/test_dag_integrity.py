@@ -45,7 +45,8 @@ def test_migration_dag_shape(dagbag: DagBag) -> None:
     assert dag.max_active_runs == 1  # two runs must not race on a tenant's metadata
     assert set(dag.task_dict) == {"render_spec", "sync_metadata", "publish_sync_metadata_report",
                                   "replicate_topics", "publish_replicate_topics_report", "sync_progress",
-                                  "publish_sync_progress_report"}
+                                  "publish_sync_progress_report", "switch_lookup", "publish_switch_lookup_report",
+                                  "cleanup_source", "publish_cleanup_source_report"}
     assert dag.task_dict["sync_metadata"].upstream_task_ids == {"render_spec"}
     publish = dag.task_dict["publish_sync_metadata_report"]
     assert publish.upstream_task_ids == {"sync_metadata"} and publish.trigger_rule == "all_done"
@@ -54,6 +55,9 @@ def test_migration_dag_shape(dagbag: DagBag) -> None:
     assert dag.task_dict["publish_replicate_topics_report"].upstream_task_ids == {"replicate_topics"}
     assert dag.task_dict["sync_progress"].upstream_task_ids == {"publish_replicate_topics_report"}
     assert dag.task_dict["publish_sync_progress_report"].upstream_task_ids == {"sync_progress"}
+    assert dag.task_dict["switch_lookup"].upstream_task_ids == {"publish_sync_progress_report"}
+    assert dag.task_dict["cleanup_source"].upstream_task_ids == {"publish_switch_lookup_report"}
+    assert dag.task_dict["cleanup_source"].dry_run_unless == "confirm_cleanup"
 
 
 def test_pools_and_spark_connections_are_in_airflow_settings(dagbag: DagBag) -> None:

@@ -26,6 +26,8 @@ from sqlalchemy import select
 
 from tests.conftest import unique
 from tests.dags.conftest import DAGS_DIR, AirflowTestDb
+from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
+from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.tenant_builders import snapshot
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ DAG_ID = "pulsar_tenant_migration"
 PUBLISH = "publish_sync_metadata_report"
 REPLICATE, PUBLISH_REPLICATE = "replicate_topics", "publish_replicate_topics_report"
 PROGRESS, PUBLISH_PROGRESS = "sync_progress", "publish_sync_progress_report"
+SWITCH, PUBLISH_SWITCH = "switch_lookup", "publish_switch_lookup_report"
+CLEANUP, PUBLISH_CLEANUP = "cleanup_source", "publish_cleanup_source_report"
 
 
 def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
@@ -68,6 +72,7 @@ def run_dir_of(airflow_db: AirflowTestDb, dag_run: DagRun) -> Path:
 def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
     airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
     admin_b: PulsarAdmin, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+    lookup_service: LookupProcess,
 ) -> None:
     tenant = unique("dag-mig")
     built = build_rich_tenant(admin_a, tenant, [cluster_a.name])
@@ -85,7 +90,14 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         assert dag_run.state == "success", states
         assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success",
                           REPLICATE: "success", PUBLISH_REPLICATE: "success", PROGRESS: "success",
-                          PUBLISH_PROGRESS: "success"}
+                          PUBLISH_PROGRESS: "success", SWITCH: "success", PUBLISH_SWITCH: "success",
+                          CLEANUP: "success", PUBLISH_CLEANUP: "success"}
+        switched = xcom(dag_run, PUBLISH_SWITCH)
+        assert switched["verdict"] == "ok" and switched["dry_run"] is False
+        assert lookup_service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_b.name
+        cleaned = xcom(dag_run, PUBLISH_CLEANUP)  # not confirmed: verified and planned, nothing deleted
+        assert cleaned["verdict"] == "planned" and cleaned["dry_run"] is True
+        assert cleaned["counts"]["partitions"] > 0
         source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
         # replicate_topics turns deduplication on for the target's namespaces (exactly-once copies and
         # client re-sends); everything else is as on the source
@@ -124,8 +136,11 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
 
         rendered = rendered_fields(dag_run, "sync_metadata")
         # Variables named after the trigger's connections; the arguments name the spec, not the token.
-        assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target")}
+        assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target"),
+                                             token_env_name("pulsar_lookup")}
         assert rendered["application_args"] == ["--spec", str(rdir / "spec.json"), "--run-dir", str(rdir)]
+        assert rendered_fields(dag_run, CLEANUP)["application_args"][-1] == "--dry-run"
+        assert token_env_name("pulsar_lookup") in rendered_fields(dag_run, SWITCH)["env_vars"]
 
         out, err = capfd.readouterr()
         leaks = {"spec": spec_text, "report": report_text, "xcom": json.dumps(published),
@@ -135,8 +150,11 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         for admin, other in ((admin_a, cluster_b), (admin_b, cluster_a)):
             registration = admin.get(f"/clusters/{other.name}", expect_json=False).decode()
             leaks[f"registration of {other.name} on {admin.name}"] = registration
+        for name in (SWITCH, CLEANUP):
+            leaks[f"{name} report"] = (rdir / f"{name}.json").read_text()
         for where, text in leaks.items():
             assert token not in text, f"token leaked into the {where}"
+            assert LOOKUP_TOKEN not in text, f"lookup service token leaked into the {where}"
     finally:
         # Whatever the run wrote, leave both clusters registered in each other without auth, as
         # localdev.pulsar_local sets them up (POST replaces the whole registration).
@@ -147,6 +165,7 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
 
 def test_dry_run_plans_and_changes_nothing(
     airflow_db: AirflowTestDb, cluster_a: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    lookup_service: LookupProcess,
 ) -> None:
     tenant = unique("dag-dry")
     build_rich_tenant(admin_a, tenant, [cluster_a.name])
@@ -169,6 +188,9 @@ def test_dry_run_plans_and_changes_nothing(
     assert replicated["verdict"] == "planned" and replicated["counts"]["partitions"] > 0
     progressed = xcom(dag_run, PUBLISH_PROGRESS)  # no position map yet: nothing to translate, nothing written
     assert progressed["verdict"] == "planned" and progressed["counts"]["partitions"] > 0
+    assert xcom(dag_run, PUBLISH_SWITCH)["verdict"] == "planned"
+    assert lookup_service.api("GET", f"/routes/{tenant}").json()["held"] is False
+    assert xcom(dag_run, PUBLISH_CLEANUP)["verdict"] == "planned"
 
 
 def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
@@ -181,7 +203,8 @@ def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
     assert dag_run.state == "failed"
     assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed",
                       REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
-                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed"}
+                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed", SWITCH: "upstream_failed",
+                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed"}
     assert snapshot(admin_b, tenant) == {"tenant": None}
     report = json.loads((run_dir_of(airflow_db, dag_run) / "sync_metadata.json").read_text())
     assert report["verdict"] == "failed"
@@ -195,5 +218,6 @@ def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: A
     assert dag_run.state == "failed"
     assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed",
                       REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
-                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed"}
+                      PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed", SWITCH: "upstream_failed",
+                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed"}
     assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()

@@ -23,6 +23,7 @@ GOOD: dict[str, Any] = {
     "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme",
     "namespaces": ["orders", "billing"], "topics_include": ["^orders/", "billing/.*"],
     "topics_exclude": ["-dlq$"], "dry_run": True, "proceed_on_conflict": False, "replication_mode": "geo",
+    "lookup_conn": "lookup_eu", "confirm_cleanup": True, "delete_tenant": True,
 }
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "missing tenant": ({k: v for k, v in GOOD.items() if k != "tenant"}, "tenant"),
@@ -35,6 +36,8 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "topics_include not a list": ({**GOOD, "topics_include": ".*"}, "topics_include"),
     "topics_exclude not a list": ({**GOOD, "topics_exclude": None}, "topics_exclude"),
     "connection id with quotes": ({**GOOD, "source_conn": "a' }}{{ x"}, "source_conn"),
+    "lookup connection id with braces": ({**GOOD, "lookup_conn": "{{ x }}"}, "lookup_conn"),
+    "confirm_cleanup not boolean": ({**GOOD, "confirm_cleanup": "yes"}, "confirm_cleanup"),
 }
 
 
@@ -66,7 +69,7 @@ def test_good_input_is_accepted_and_defaults_fill_the_rest(dag: DAG, validate: A
     assert validate(dag, {"tenant": "acme"}) == {
         "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme", "namespaces": None,
         "topics_include": [".*"], "topics_exclude": [], "dry_run": False, "proceed_on_conflict": False,
-        "replication_mode": "copy",
+        "replication_mode": "copy", "lookup_conn": "pulsar_lookup", "confirm_cleanup": False, "delete_tenant": False,
     }
 
 

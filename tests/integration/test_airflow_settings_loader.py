@@ -58,6 +58,7 @@ def test_applies_the_project_file_and_is_idempotent(env: dict[str, str], tmp_pat
         "connection:spark_default": "created",
         "connection:pulsar_cluster_a": "created",
         "connection:pulsar_cluster_b": "created",
+        "connection:pulsar_lookup": "created",
         "pool:pulsar_admin": "created",
         "variable:pulsar_migration_run_dir_base": "created",
     }
@@ -73,6 +74,8 @@ def test_applies_the_project_file_and_is_idempotent(env: dict[str, str], tmp_pat
         assert conn["password"] is None and conn["login"] is None
         assert json.loads(conn["extra"]) == {"cluster_name": name, "service_url": f"pulsar://127.0.0.1:{broker_port}",
                                              "tls": None}
+    lookup = conns["pulsar_lookup"]
+    assert (lookup["host"], lookup["port"], lookup["schema"], lookup["password"]) == ("127.0.0.1", 8090, "http", None)
     assert state["pools"]["pulsar_admin"]["slots"] == 2
     assert state["pools"]["pulsar_admin"]["description"] == "Tasks that call Pulsar admin APIs"
     assert state["variables"]["pulsar_migration_run_dir_base"] == "var/runs"

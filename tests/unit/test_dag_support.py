@@ -56,6 +56,17 @@ def test_spec_document_defaults_for_absent_optional_params() -> None:
     assert doc["namespaces"] is None and doc["topics"] == {"include": [".*"], "exclude": []}
 
 
+def test_spec_document_takes_the_lookup_service_from_its_connection_without_the_token() -> None:
+    lookup = Conn("pulsar_lookup", port=8090, password="lookup-s3cret")
+    doc = spec_document({"tenant": "acme"}, A, B, lookup_conn=lookup)
+    assert doc["lookup"] == {"url": "http://127.0.0.1:8090", "token_env": "PULSAR_TOKEN_PULSAR_LOOKUP"}
+    assert "lookup-s3cret" not in json.dumps(doc)
+    assert spec_document({"tenant": "acme"}, A, B, lookup_conn=Conn("open", port=None))["lookup"] == {
+        "url": "http://127.0.0.1", "token_env": None}
+    with pytest.raises(SpecError, match="connection nohost: host"):
+        spec_document({"tenant": "acme"}, A, B, lookup_conn=Conn("nohost", host=None))
+
+
 @pytest.mark.parametrize(("params", "conns", "message"), [
     ({"tenant": "acme"}, (A, A), "spec: source and target are both 'cluster-a'; they must differ"),
     ({"tenant": "acme", "topics_exclude": ["("]}, (A, B), "spec: topics.exclude[0] is not a valid regex"),

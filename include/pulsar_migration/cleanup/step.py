@@ -55,10 +55,14 @@ def run(ctx: StepContext) -> None:
     spec, report = ctx.spec, ctx.report
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
-        preconditions(ctx)
+        switched = preconditions(ctx)
         partitions = selected_partitions(ctx, src_admin)
         report.counts["partitions"] = len(partitions)
-        verify(ctx, src_admin, partitions)
+        if switched:
+            verify(ctx, src_admin, partitions)
+        else:  # a dry run of the whole migration: nothing was copied, so there is nothing to verify yet
+            report.details["verified"] = False
+            report.details["note"] = "the switch only planned: the source is verified before any real deletion"
         clients = connected_clients(src_admin, partitions)
         if clients:
             raise CleanupError(f"{len(clients)} client(s) still use the source (first: {clients[0]}): nothing deleted")
@@ -106,13 +110,16 @@ def run(ctx: StepContext) -> None:
         tgt_admin.close()
 
 
-def preconditions(ctx: StepContext) -> None:
+def preconditions(ctx: StepContext) -> bool:
+    """True after a real, verified switch; False for a dry run after a planned one; CleanupError otherwise."""
     spec = ctx.spec
     try:
         switched = StepReport.read(ctx.run_dir, "switch_lookup")
     except (FileNotFoundError, OSError):
         raise CleanupError(f"no switch_lookup report in {ctx.run_dir}: the source is cleaned only after a verified "
                            "switch") from None
+    if ctx.dry_run and switched.dry_run and switched.verdict == "planned":
+        return False
     if switched.verdict != "ok" or switched.dry_run:
         raise CleanupError(f"switch_lookup in {ctx.run_dir} is {switched.verdict}: nothing is deleted before a "
                            "verified switch")
@@ -126,6 +133,7 @@ def preconditions(ctx: StepContext) -> None:
             lookup.close()
         if route != spec.target:
             raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
+    return True
 
 
 def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> None:
