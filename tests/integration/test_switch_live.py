@@ -1,4 +1,4 @@
-"""The live cutover (copy mode): producers and consumers of every subscription type run through the lookup service
+"""The live cutover (copy and geo mode): producers and consumers of every subscription type run through the lookup service
 while the tenant is migrated and switched. Judged on the target's storage (each sent message exactly once, per
 producer order kept), on what the clients saw (no failed send, every message received by every subscription)
 and on redelivery, counted against Pulsar's own floor: the same clients while their namespace is merely
@@ -29,6 +29,7 @@ from tests.conftest import unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import replicate
 from tests.integration.tenant_builders import write_spec
+from tests.integration.test_replicate_geo import teardown
 from tests.integration.test_sync_progress import sync
 
 log = logging.getLogger(__name__)
@@ -175,14 +176,14 @@ def live(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> It
         yield {"service": service, "tenant": tenant, "admin_a": admin_a, "admin_b": admin_b, "tmp": tmp_path}
     finally:
         service.stop()
+        teardown(tenant, admin_a, admin_b, cluster_a.name)  # geo mode: replication off first, then delete
         for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
             admin.close()
 
 
-def test_live_cutover_copy_mode(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster,
-                                spark: SparkSession) -> None:
+@pytest.mark.parametrize("mode", ["copy", "geo"])
+def test_live_cutover(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster,
+                      spark: SparkSession, mode: str) -> None:
     service: LookupProcess = live["service"]
     tenant, admin_a = live["tenant"], live["admin_a"]
     clients = Clients(service.url, tenant)
@@ -194,8 +195,8 @@ def test_live_cutover_copy_mode(live: dict[str, Any], cluster_a: LocalCluster, c
     time.sleep(6)
     floor = clients.duplicates(floor_from, time.monotonic())
 
-    spec = write_spec(live["tmp"] / "spec.json", tenant, cluster_a, cluster_b,
-                      lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+    spec = write_spec(live["tmp"] / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": mode},
+                      options={"geo_timeout_s": 120}, lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
     run_dir = live["tmp"] / "run"
     import os
 
@@ -213,8 +214,8 @@ def test_live_cutover_copy_mode(live: dict[str, Any], cluster_a: LocalCluster, c
         clients.finish()
     report = json.loads((run_dir / f"{STEP}.json").read_text())
     stalls = sorted(s for p in clients.producers for s in p.stalls)
-    log.info("switch: %s; hold %ss; phases %s; duplicates received: unload floor %s, cutover %s; publish stall "
-             "p50 %.3fs p99 %.3fs max %.3fs", report["verdict"], report["details"].get("hold_s"),
+    log.info("switch (%s mode): %s; hold %ss; phases %s; duplicates received: unload floor %s, cutover %s; publish stall "
+             "p50 %.3fs p99 %.3fs max %.3fs", mode, report["verdict"], report["details"].get("hold_s"),
              report["details"].get("phases_s"), floor, cutover, stalls[len(stalls) // 2],
              stalls[int(len(stalls) * 0.99)], stalls[-1])
     assert code == 0, report.get("error")
