@@ -74,6 +74,31 @@ async def hammer(base: str, paths: list[str], concurrency: int, seconds: float) 
             "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": pct(1.0)}
 
 
+def start_lookup_service(work: Path, default: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The lookup service as its own process (SQLite routes in `work`); returns it and its URL."""
+    port = free_port()
+    config = work / "lookup.json"
+    config.write_text(json.dumps({
+        "clusters": {c.name: {"http_url": c.admin_url} for c in (SOURCE, TARGET)}, "default_cluster": default,
+        "database_url": f"sqlite:///{work / 'routes.db'}", "port": port}))
+    proc = subprocess.Popen([sys.executable, "-m", "pulsar_migration.lookup", "--config", str(config)],
+                            env={**os.environ, "PM_LOOKUP_ADMIN_TOKEN": TOKEN})
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_healthy(service: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{service}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the lookup service did not start")
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.lookup_throughput", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -86,14 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     admin = PulsarAdmin(SOURCE.admin_url, name=SOURCE.name)
     tenant = f"bench-lookup-{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix="lookup-throughput-"))
-    port = free_port()
-    config = work / "lookup.json"
-    config.write_text(json.dumps({
-        "clusters": {c.name: {"http_url": c.admin_url} for c in (SOURCE, TARGET)}, "default_cluster": TARGET.name,
-        "database_url": f"sqlite:///{work / 'routes.db'}", "port": port}))
-    proc = subprocess.Popen([sys.executable, "-m", "pulsar_migration.lookup", "--config", str(config)],
-                            env={**os.environ, "PM_LOOKUP_ADMIN_TOKEN": TOKEN})
-    service = f"http://127.0.0.1:{port}"
+    proc, service = start_lookup_service(work, default=TARGET.name)
     stamp = datetime.now(UTC)
     result: dict[str, Any] = {"benchmark": "lookup_throughput", "started": stamp.isoformat(timespec="seconds"),
                               "machine": machine(), "git": git_revision(), "topics": args.topics,
@@ -103,16 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         admin.put(f"/namespaces/{tenant}/ns")
         for i in range(args.topics):
             admin.put(f"/persistent/{tenant}/ns/t{i}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{service}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the lookup service did not start")
-            time.sleep(0.2)
+        wait_healthy(service)
         httpx.put(f"{service}/api/v1/routes/{tenant}", json={"cluster": SOURCE.name, "reason": "benchmark"},
                   headers={"Authorization": f"Bearer {TOKEN}"}).raise_for_status()
         paths = [f"/lookup/v2/topic/persistent/{tenant}/ns/t{i}" for i in range(args.topics)]
