@@ -15,10 +15,12 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
+import requests.adapters
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+POOL_MAXSIZE = 64
 
 
 class AdminError(RuntimeError):
@@ -74,6 +76,11 @@ class PulsarAdmin:
         self.timeout_s = timeout_s
         self.retries = retries
         self._session = requests.Session()
+        # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
+        # alive instead of the default 10, which would reconnect on every call beyond that.
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_MAXSIZE)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
         if token:
             self._session.headers["Authorization"] = f"Bearer {token}"
         if tls is not None:

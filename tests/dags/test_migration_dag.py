@@ -84,8 +84,10 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         "extra": {"cluster_name": cluster_b.name, "service_url": cluster_b.service_url, "tls": None},
     }))
 
+    source = snapshot(admin_a, tenant)  # the source is deleted at the end (confirmed cleanup)
     try:
-        dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target"})
+        dag_run, states = run_migration({"tenant": tenant, "target_conn": "pm_test_target", "confirm_cleanup": True,
+                                         "delete_tenant": True})
 
         assert dag_run.state == "success", states
         assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success",
@@ -95,10 +97,11 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         switched = xcom(dag_run, PUBLISH_SWITCH)
         assert switched["verdict"] == "ok" and switched["dry_run"] is False
         assert lookup_service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_b.name
-        cleaned = xcom(dag_run, PUBLISH_CLEANUP)  # not confirmed: verified and planned, nothing deleted
-        assert cleaned["verdict"] == "planned" and cleaned["dry_run"] is True
-        assert cleaned["counts"]["partitions"] > 0
-        source, target = snapshot(admin_a, tenant), snapshot(admin_b, tenant)
+        cleaned = xcom(dag_run, PUBLISH_CLEANUP)  # confirmed: verified, then the source's copy deleted
+        assert cleaned["verdict"] == "ok" and cleaned["dry_run"] is False
+        assert cleaned["counts"]["partitions"] > 0 and cleaned["counts"]["topics_deleted"] > 0
+        assert snapshot(admin_a, tenant) == {"tenant": None}
+        target = snapshot(admin_b, tenant)
         # replicate_topics turns deduplication on for the target's namespaces (exactly-once copies and
         # client re-sends); everything else is as on the source
         for ns in target["namespaces"]:
@@ -139,7 +142,7 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         assert set(rendered["env_vars"]) == {token_env_name("pulsar_cluster_a"), token_env_name("pm_test_target"),
                                              token_env_name("pulsar_lookup")}
         assert rendered["application_args"] == ["--spec", str(rdir / "spec.json"), "--run-dir", str(rdir)]
-        assert rendered_fields(dag_run, CLEANUP)["application_args"][-1] == "--dry-run"
+        assert rendered_fields(dag_run, CLEANUP)["application_args"][-1] == "--delete-tenant"
         assert token_env_name("pulsar_lookup") in rendered_fields(dag_run, SWITCH)["env_vars"]
 
         out, err = capfd.readouterr()

@@ -55,6 +55,9 @@ class LookupConfig:
     admin_token_env: str = DEFAULT_TOKEN_ENV
     hold_timeout_s: float = 20.0
     forward_timeout_s: float = 10.0
+    # A broker answers a lookup with 5xx while the topic's bundle is being unloaded or loaded; clients back
+    # off exponentially on such an error, so the service retries it itself for up to this long.
+    transient_retry_s: float = 5.0
     host: str = "127.0.0.1"
     port: int = 8090
     extra: dict[str, Any] = field(default_factory=dict)
@@ -85,12 +88,15 @@ class LookupConfig:
         if not 0 < hold <= MAX_HOLD_TIMEOUT_S:
             raise ConfigError(f"lookup config: hold_timeout_s must be in (0, {MAX_HOLD_TIMEOUT_S:.0f}] (clients give "
                               "up on a lookup after 30 s)")
+        retry = float(data.get("transient_retry_s", 5.0))
+        if not 0 <= retry <= MAX_HOLD_TIMEOUT_S:
+            raise ConfigError(f"lookup config: transient_retry_s must be in [0, {MAX_HOLD_TIMEOUT_S:.0f}]")
         known = {"clusters", "default_cluster", "database_url", "admin_token_env", "hold_timeout_s",
-                 "forward_timeout_s", "host", "port"}
+                 "forward_timeout_s", "transient_retry_s", "host", "port"}
         return cls(clusters=clusters, default_cluster=default,
                    database_url=str(data.get("database_url", "sqlite:///var/lookup/routes.db")),
                    admin_token_env=str(data.get("admin_token_env", DEFAULT_TOKEN_ENV)), hold_timeout_s=hold,
-                   forward_timeout_s=float(data.get("forward_timeout_s", 10.0)),
+                   forward_timeout_s=float(data.get("forward_timeout_s", 10.0)), transient_retry_s=retry,
                    host=str(data.get("host", "127.0.0.1")), port=int(data.get("port", 8090)),
                    extra={k: v for k, v in data.items() if k not in known})
 

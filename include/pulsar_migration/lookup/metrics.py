@@ -48,6 +48,7 @@ class Metrics:
     parked_total: int = 0
     hold_timeouts_total: int = 0
     forward_errors_total: int = 0
+    transient_retries_total: int = 0
     unauthorized_total: int = 0
 
     def count(self, kind: str, cluster: str, status: int, seconds: float) -> None:
@@ -73,6 +74,8 @@ class Metrics:
                  "Parked requests answered 503 because the hold outlasted hold_timeout_s."),
                 ("pulsar_lookup_forward_errors_total", "counter", self.forward_errors_total,
                  "Requests whose cluster did not answer."),
+                ("pulsar_lookup_transient_retries_total", "counter", self.transient_retries_total,
+                 "Lookups retried by the service after a transient 5xx of the broker (an unload, a bundle move)."),
                 ("pulsar_lookup_unauthorized_total", "counter", self.unauthorized_total,
                  "Admin API calls refused (401).")):
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]

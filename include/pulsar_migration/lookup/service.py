@@ -43,6 +43,9 @@ from pulsar_migration.lookup.store import RouteStore
 log = logging.getLogger(__name__)
 
 DOMAINS = ("persistent", "non-persistent")
+TRANSIENT_STATUS = frozenset({500, 502, 503})
+TRANSIENT_RETRY_FIRST_S = 0.025
+TRANSIENT_RETRY_MAX_S = 0.4
 
 
 class RouteChange(BaseModel):
@@ -162,6 +165,14 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
             headers["Authorization"] = f"Bearer {token}"
         try:
             resp = await request.app.state.http.get(url, headers=headers)
+            # An unload or a bundle move makes the broker answer 5xx for a moment: retried here, with a short
+            # backoff, rather than handed to a client that would back off for seconds.
+            delay, give_up = TRANSIENT_RETRY_FIRST_S, time.monotonic() + config.transient_retry_s
+            while resp.status_code in TRANSIENT_STATUS and time.monotonic() + delay < give_up:
+                metrics.transient_retries_total += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, TRANSIENT_RETRY_MAX_S)
+                resp = await request.app.state.http.get(url, headers=headers)
         except httpx.HTTPError as exc:
             metrics.forward_errors_total += 1
             return JSONResponse({"reason": f"cluster {cluster.name} is unreachable: {type(exc).__name__}"},

@@ -29,6 +29,7 @@ from pulsar_migration.positions import Position
 from pulsar_migration.progress.apply import ACK_MAX_IN_FLIGHT, VERIFY_ATTEMPTS, Applied, CursorPlan, apply_cursor
 from pulsar_migration.progress.cursors import CursorState, read_cursors
 from pulsar_migration.replication import posmap
+from pulsar_migration.replication.step import driver_threads
 from pulsar_migration.stepjob import StepContext, StepFailed
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ def sync(ctx: StepContext, topics: list[str]) -> None:
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     client = spec.target_cluster.pulsar_client()
     try:
-        with ThreadPoolExecutor(max(1, spec.admin_concurrency)) as pool:
+        with ThreadPoolExecutor(driver_threads(spec, len(topics))) as pool:
             sources = dict(zip(topics, pool.map(lambda t: read_cursors(src_admin, t), topics), strict=True))
             targets = read_all(pool, tgt_admin, topics)
             windows: dict[str, list[Row]] = {}

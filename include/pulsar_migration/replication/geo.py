@@ -33,6 +33,7 @@ from pulsar_migration.replication.partition import (
     PartitionJob,
     PartitionOutcome,
     PartitionTask,
+    SharedClients,
     judge,
     lag_after,
     run_partition,
@@ -423,10 +424,11 @@ def source_shortfall(admin: PulsarAdmin, job: PartitionJob, last: Position | Non
     return f"{job.topic}: reading the source stopped at {last}, before this run's bound {job.upper}"
 
 
-def verify_partition(spec: MigrationSpec, job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
+def verify_partition(spec: MigrationSpec, job: PartitionJob,
+                     shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """Reads the source range and as many target entries after the map's end, waiting (up to the geo timeout)
     while the target is short; pairs and checks them. Never raises: failures are in the outcome."""
-    return run_partition(spec, job, lambda task: _verify(spec, task), (ReadError, PositionError, AdminError))
+    return run_partition(spec, job, lambda task: _verify(spec, task), (ReadError, PositionError, AdminError), shared)
 
 
 def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:

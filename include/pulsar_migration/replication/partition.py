@@ -315,40 +315,61 @@ class PartitionTask:
         return self.job.map_end[1] if self.job.map_end else None
 
 
+@dataclass
+class SharedClients:
+    """Both clusters' admin and data clients, opened once for many partitions run in one process (the driver
+    path: a client per partition would cost a connection set-up each, seconds over a hundred partitions)."""
+
+    src_admin: PulsarAdmin
+    tgt_admin: PulsarAdmin
+    src_client: Any
+    tgt_client: Any
+
+    @classmethod
+    def open(cls, spec: MigrationSpec) -> SharedClients:
+        return cls(spec.source_cluster.admin(), spec.target_cluster.admin(), spec.source_cluster.pulsar_client(),
+                   spec.target_cluster.pulsar_client())
+
+    def close(self) -> None:
+        for closable in (self.src_client, self.tgt_client, self.src_admin, self.tgt_admin):
+            try:
+                closable.close()
+            except Exception:
+                log.debug("close failed", exc_info=True)
+
+
 def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[PartitionTask], list[MapRow]],
-                  expected: tuple[type[Exception], ...]) -> tuple[PartitionOutcome, list[MapRow]]:
-    """The frame of every partition task (copy or geo): opens the clients, runs `body` (which returns the map
-    rows), turns failures into the outcome (an `expected` error is its own line), closes everything.
-    Never raises; rows are returned only for a partition that verified."""
+                  expected: tuple[type[Exception], ...],
+                  shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+    """The frame of every partition task (copy or geo): opens the clients (unless `shared` are given), runs
+    `body` (which returns the map rows), turns failures into the outcome (an `expected` error is its own line),
+    closes what it opened. Never raises; rows are returned only for a partition that verified."""
     outcome = PartitionOutcome(job.topic, job.local, job.partition)
     map_source = job.map_end[1] if job.map_end else None
     outcome.range_from = str(map_source) if map_source else None
     outcome.range_to = str(job.upper) if job.upper else None
-    src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
-    src_client = spec.source_cluster.pulsar_client()
-    tgt_client = spec.target_cluster.pulsar_client()
+    clients = shared or SharedClients.open(spec)
     rows: list[MapRow] = []
     try:
-        rows = body(PartitionTask(job, outcome, src_admin, tgt_admin, src_client, tgt_client))
+        rows = body(PartitionTask(job, outcome, clients.src_admin, clients.tgt_admin, clients.src_client,
+                                  clients.tgt_client))
     except expected as exc:
         outcome.fail(str(exc))
     except Exception as exc:  # one line per partition; the driver turns them into the step's error
         log.warning("partition %s failed", job.topic, exc_info=True)
         outcome.fail(f"{type(exc).__name__}: {exc}")
     finally:
-        for closable in (src_client, tgt_client, src_admin, tgt_admin):
-            try:
-                closable.close()
-            except Exception:
-                log.debug("close failed", exc_info=True)
+        if shared is None:
+            clients.close()
     return outcome, rows if outcome.status == OK else []
 
 
 def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
-                   delivery_horizon_s: int) -> tuple[PartitionOutcome, list[MapRow]]:
+                   delivery_horizon_s: int,
+                   shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """Copies one partition and verifies it; never raises (failures are in the outcome)."""
     return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
-                         (ReadError, SendError, PositionError))
+                         (ReadError, SendError, PositionError), shared)
 
 
 def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:

@@ -20,7 +20,14 @@ from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
-from pulsar_migration.replication.partition import OK, PLANNED, PartitionJob, PartitionOutcome, copy_partition
+from pulsar_migration.replication.partition import (
+    OK,
+    PLANNED,
+    PartitionJob,
+    PartitionOutcome,
+    SharedClients,
+    copy_partition,
+)
 from pulsar_migration.report import stable_hash
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
@@ -161,7 +168,7 @@ def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[Par
 
 # -- the Spark part ----------------------------------------------------------------------------------
 
-def _partition_task(spec: MigrationSpec, dry_run: bool) -> Any:
+def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None) -> Any:
     mode = spec.replication_mode
 
     def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
@@ -169,10 +176,10 @@ def _partition_task(spec: MigrationSpec, dry_run: bool) -> Any:
             if mode == "geo" and not dry_run:
                 from pulsar_migration.replication import geo
 
-                yield geo.verify_partition(spec, job)
+                yield geo.verify_partition(spec, job, shared)
             else:
                 yield copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
-                                     delivery_horizon_s=spec.delayed_delivery_horizon_s)
+                                     delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=shared)
 
     return run_jobs
 
@@ -198,12 +205,23 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutco
     return outcomes
 
 
+DRIVER_THREADS_MIN = 32  # partitions at once in the driver path: each mostly waits on round trips
+
+
+def driver_threads(spec: MigrationSpec, jobs: int) -> int:
+    return max(1, min(jobs, max(spec.admin_concurrency, DRIVER_THREADS_MIN)))
+
+
 def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
     """The same partition tasks in driver threads (bounded by the spec's admin concurrency); the verified
     partitions' rows are appended to the map in one local Parquet file."""
-    task = _partition_task(ctx.spec, ctx.dry_run)
-    with ThreadPoolExecutor(max(1, min(ctx.spec.admin_concurrency, len(jobs)))) as pool:
-        results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]
+    shared = SharedClients.open(ctx.spec)
+    try:
+        task = _partition_task(ctx.spec, ctx.dry_run, shared)
+        with ThreadPoolExecutor(driver_threads(ctx.spec, len(jobs))) as pool:
+            results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]
+    finally:
+        shared.close()
     rows = [row for outcome, job_rows in results if outcome.status == OK for row in job_rows]
     ctx.report.counts["map_rows_appended"] = posmap.append_local(ctx.run_dir, rows)
     ctx.report.details["position_map"] = posmap.location(ctx.run_dir)

@@ -6,7 +6,8 @@ Order (each phase timed in the report):
 1. **preconditions**: the spec names the lookup service; sync_metadata, replicate_topics and sync_progress
    reported ok in this run dir; the service knows both clusters and routes the tenant to the source (to the
    target already: the switch is done, only the probe runs).
-2. **catch up**: replicate_topics once more while clients still run, so the final delta is small; then
+2. **catch up**: replicate_topics once more while clients still run (in Spark), then up to two more rounds
+   in the driver (seconds each), and a sync_progress in the driver, so the final delta is small; then
    **deduplication on at the source** (a producer re-sends what was unacknowledged when the fence cut
    it off; with dedup the source drops those it had stored, which matters if the switch rolls back).
    **hold** the tenant at the lookup service: from now on its clients' lookups are parked, not refused
@@ -15,7 +16,9 @@ Order (each phase timed in the report):
    starts with a lookup, which is parked, so nothing can publish or acknowledge on the source any more.
    The step waits until the source shows no producer and no consumer on any selected partition (a client
    that bypasses the lookup service would show here and stop the switch).
-4. **final delta**: replicate_topics and sync_progress again, in-process, on the now quiet source. In
+4. **final delta**: replicate_topics and sync_progress again, in the driver (no Spark job: its fixed cost
+   was the whole 20-40 s hold of the first cut; progress.window translates the map's tail in plain Python
+   and hands over to the Spark path when the window is not for it), on the now quiet source. In
    copy mode the final delta keeps the source producers' names and sequence ids, so the target's dedup
    knows them: a producer re-sends its unacknowledged messages after reconnecting (same name, same
    sequence ids), and those the source had already stored (the receipt lost in the disconnect) are
@@ -42,6 +45,7 @@ import argparse
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -61,6 +65,7 @@ CLIENTS_GONE_TIMEOUT_S = 30.0
 CATCH_UP_ROUNDS = 3
 CATCH_UP_ENOUGH_ENTRIES = 500
 PROBE_NAME = "pulsar-migration-probe"
+FENCE_THREADS = 32
 
 
 class SwitchError(StepFailed):
@@ -279,37 +284,42 @@ def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> None:
         time.sleep(0.2)
 
 
+def each_partition(admin: PulsarAdmin, partitions: list[str], read: Any) -> list[Any]:
+    """`read(admin, topic)` for every partition, in threads: the fence and the quiet check run while clients
+    wait, and a hundred sequential admin calls would cost seconds."""
+    with ThreadPoolExecutor(max(1, min(len(partitions), FENCE_THREADS))) as pool:
+        return list(pool.map(lambda topic: read(admin, topic), partitions))
+
+
 def connected_clients(admin: PulsarAdmin, partitions: list[str]) -> list[str]:
-    found = []
-    for topic in partitions:
+    def clients_of(admin: PulsarAdmin, topic: str) -> list[str]:
         stats = admin.get(f"{admin.topic_path(topic)}/stats")
-        for p in stats.get("publishers") or []:
-            found.append(f"producer {p.get('producerName')} from {p.get('address')} on {topic}")
+        found = [f"producer {p.get('producerName')} from {p.get('address')} on {topic}"
+                 for p in stats.get("publishers") or []]
         for sub, s in (stats.get("subscriptions") or {}).items():
-            for c in s.get("consumers") or []:
-                found.append(f"consumer {c.get('consumerName')} of {sub} from {c.get('address')} on {topic}")
-    return found
+            found += [f"consumer {c.get('consumerName')} of {sub} from {c.get('address')} on {topic}"
+                      for c in s.get("consumers") or []]
+        return found
+
+    return [c for found in each_partition(admin, partitions, clients_of) for c in found]
 
 
 def last_entries(admin: PulsarAdmin, partitions: list[str]) -> dict[str, str]:
-    out = {}
-    for topic in partitions:
-        last = admin.last_message_id(topic)
-        out[topic] = f"{last.get('ledgerId')}:{last.get('entryId')}"
-    return out
+    def last(admin: PulsarAdmin, topic: str) -> str:
+        found = admin.last_message_id(topic)
+        return f"{found.get('ledgerId')}:{found.get('entryId')}"
+
+    return dict(zip(partitions, each_partition(admin, partitions, last), strict=True))
 
 
 def ledger_collisions(src: PulsarAdmin, tgt: PulsarAdmin, partitions: list[str]) -> list[dict[str, Any]]:
-    collisions = []
-    for topic in partitions:
-        ids = []
-        for admin in (src, tgt):
-            stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
-            ids.append({int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or []})
-        common = sorted(ids[0] & ids[1])
-        if common:
-            collisions.append({"topic": topic, "ledgers": common})
-    return collisions
+    def ledgers(admin: PulsarAdmin, topic: str) -> set[int]:
+        stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
+        return {int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or []}
+
+    pairs = zip(partitions, each_partition(src, partitions, ledgers), each_partition(tgt, partitions, ledgers),
+                strict=True)
+    return [{"topic": topic, "ledgers": sorted(a & b)} for topic, a, b in pairs if a & b]
 
 
 def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
