@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 DAG_ID = "pulsar_tenant_migration"
 PUBLISH_TASK = "publish_sync_metadata_report"
 DEFAULT_TENANT = "acme"
+LOOKUP_CONN = "pulsar_lookup"
 RUN_TIMEOUT_S = 600.0
 
 
@@ -108,8 +109,21 @@ def run_demo(tenant: str) -> int:
         build_rich_tenant(admin_a, tenant, [source.name])
         log.info("seeded tenant %s on %s", tenant, source.name)
 
+    # The tenant's clients use the lookup service as their service URL: it routes the tenant to the source
+    # until switch_lookup flips it.
+    route = requests.put(f"{lookup_url}/api/v1/routes/{tenant}", timeout=30,
+                         headers={"Authorization": f"Bearer {lookup_local.admin_token()}"},
+                         json={"cluster": source.name, "reason": "demo: the tenant lives on the source",
+                               "actor": "make demo"})
+    if route.status_code >= 300:
+        raise DemoError(f"the lookup service refused the route for {tenant}: HTTP {route.status_code}")
+
     url = f"http://localhost:{airflow_local.api_port()}"
     api = AirflowApi(url, airflow_local.ADMIN_USER, airflow_local.admin_password())
+    # The DAG's pulsar_lookup connection gets the service's generated admin token as its password (the
+    # settings file holds no secrets).
+    api.call("PATCH", f"/connections/{LOOKUP_CONN}", params={"update_mask": "password"},
+             json={"connection_id": LOOKUP_CONN, "conn_type": "http", "password": lookup_local.admin_token()})
     api.wait_for_dag(DAG_ID)
     api.call("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
     conf = {"source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": tenant}
@@ -136,15 +150,13 @@ def run_demo(tenant: str) -> int:
     if a_summary != b_summary or not hashes or hashes.get("desired") != hashes.get("target_actual"):
         raise DemoError(f"tenant {tenant} differs between the clusters after the migration")
     sys.stdout.write(f"   verified: desired hash == target hash ({hashes['desired'][:16]})\n")
-    # The tenant's clients would use the lookup service as their service URL; the switch step flips this route.
-    route = requests.put(f"{lookup_url}/api/v1/routes/{tenant}", timeout=30,
-                         headers={"Authorization": f"Bearer {lookup_local.admin_token()}"},
-                         json={"cluster": source.name, "reason": "demo: the tenant lives on the source",
-                               "actor": "make demo"})
-    if route.status_code >= 300:
-        raise DemoError(f"the lookup service refused the route for {tenant}: HTTP {route.status_code}")
-    sys.stdout.write(f"\nLookup service: {lookup_url} (clients' service URL; {tenant} -> {source.name}; admin "
-                     f"token in {lookup_local.home() / 'admin_token'})\n")
+    routed = requests.get(f"{lookup_url}/api/v1/routes/{tenant}", timeout=30,
+                          headers={"Authorization": f"Bearer {lookup_local.admin_token()}"}).json()
+    if routed.get("cluster") != target.name:
+        raise DemoError(f"the lookup service still routes {tenant} to {routed.get('cluster')} after the switch")
+    sys.stdout.write(f"\nLookup service: {lookup_url} (clients' service URL; {tenant} -> {target.name} after the "
+                     f"switch; admin token in {lookup_local.home() / 'admin_token'}). The source's copy was only "
+                     "verified: trigger again with confirm_cleanup to delete it.\n")
     credentials = f"user {airflow_local.ADMIN_USER}, password {airflow_local.admin_password()}"
     sys.stdout.write(f"\nAirflow UI: {url}  ({credentials})\nStop everything with: make clean\n")
     return 0
