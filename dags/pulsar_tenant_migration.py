@@ -32,18 +32,29 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
 7. **publish_<step>_report** after each step logs its report and returns its verdict, counts, hashes,
    plan location and conflicts (XCom). It fails whenever the step did, so a failed step never leaves
    the run green.
+8. **write_migration_report** writes the report for people, `RUN_DIR/report.html` (and `report.md`,
+   `report.json`): the plan's counts, every partition's copied counts and content hashes, every
+   subscription's lost/duplicated counts, the cutover's hold and phases, the cleanup and each step's
+   time. It runs even when a step failed (that run's report shows where), its log and XCom give the
+   path, and it fails when the migration did. The **Pulsar migrations** view and the run's report tab
+   show the same report.
+
+**Retries are safe** because every step is idempotent: the Spark tasks retry twice (20 s apart), so a
+broker restart or a lost executor costs a retry, not a migration. A step that refuses its input (exit
+code 2: unknown tenant, conflicts, a missing earlier step) fails at once, without retries.
 
 With *Dry run* the steps only plan: the reports (verdict `planned`), the plan dataset and the list
 of what would be copied land in RUN_DIR and no cluster is touched.
 
 Every step is idempotent (a re-run after success changes nothing; after a kill it finishes the job
-without loss or duplicates), so a failed run can simply be triggered again with the same form.
+without loss or duplicates), so a failed run can simply be triggered again with the same form, and a
+failed task can be cleared and re-run.
 
 RUN_DIR is `<Variable pulsar_migration_run_dir_base>/pulsar_tenant_migration/<run id>` (a relative
 base is under the project root; `s3a://...` at scale). It holds `spec.json`, `sync_metadata.json`,
 `sync_metadata_plan/` (Parquet), `replicate_topics.json`, `position_map/` (Parquet) and
-`sync_progress.json`, `switch_lookup.json` (with its sub-reports `switch_lookup.<step>.*.json`) and
-`cleanup_source.json`.
+`sync_progress.json`, `switch_lookup.json` (with its sub-reports `switch_lookup.<step>.*.json`),
+`cleanup_source.json` and the report `report.{html,md,json}`.
 
 Connections: a Pulsar connection's host/port/schema give the admin URL; extra holds `cluster_name`,
 `service_url` and `tls`; the password, if any, is the token. The lookup service's connection gives its URL
@@ -57,7 +68,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 from pulsar_migration import dag_support
-from pulsar_migration.dag_tasks import render_spec_task, step_tasks
+from pulsar_migration.dag_tasks import render_spec_task, report_task, step_tasks
 from pulsar_migration.spec import PULSAR_NAME_PATTERN
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -127,5 +138,7 @@ with DAG(
     _, replication_published = step_tasks("replicate_topics", PROJECT_ROOT, upstream=metadata_published)
     _, progress_published = step_tasks("sync_progress", PROJECT_ROOT, upstream=replication_published)
     _, switch_published = step_tasks("switch_lookup", PROJECT_ROOT, upstream=progress_published)
-    step_tasks("cleanup_source", PROJECT_ROOT, upstream=switch_published, dry_run_unless="confirm_cleanup",
-               flags={"delete_tenant": "--delete-tenant"})
+    _, cleanup_published = step_tasks("cleanup_source", PROJECT_ROOT, upstream=switch_published,
+                                      dry_run_unless="confirm_cleanup", flags={"delete_tenant": "--delete-tenant"})
+    report_task(upstream=[metadata_published, replication_published, progress_published, switch_published,
+                          cleanup_published])

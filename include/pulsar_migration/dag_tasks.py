@@ -12,15 +12,17 @@ only wires it into Airflow (imported by DAG files, never by Spark jobs).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, TriggerRule, Variable, XComArg, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
-from pulsar_migration import dag_support, rundir
+from pulsar_migration import dag_support, migration_report, rundir
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,13 @@ SPEC_TASK_ID = "render_spec"
 SPARK_CONN_ID = "spark_default"
 ADMIN_POOL = "pulsar_admin"
 CONN_PARAMS = ("source_conn", "target_conn")
+REPORT_TASK_ID = "write_migration_report"
+# Steps are idempotent, so a retry after a broker restart or a lost executor finishes the job exactly; a step
+# that refuses its input (exit BAD_INPUT_EXIT: unknown tenant, conflicts, ...) fails at once instead.
+STEP_RETRIES = 2
+STEP_RETRY_DELAY = timedelta(seconds=20)
+BAD_INPUT_EXIT = 2  # stepjob.BAD_INPUT_EXIT; not imported: that module pulls in the Spark-side library
+_EXIT_CODE = re.compile(r"Error code is: (\d+)")
 LOOKUP_PARAM = "lookup_conn"  # optional: without it, switch_lookup fails with one line (no route to switch)
 
 
@@ -86,8 +95,8 @@ class MigrationStepOperator(SparkSubmitOperator):
         # Built in the worker at render time; spark-submit ships it to wherever the executors run.
         kwargs.setdefault("py_files", "{{ pulsar_library_zip() }}")
         kwargs.setdefault("conf", {"spark.ui.enabled": "false"})
-        # A step is idempotent, but a failed one needs a human look at its report before another go.
-        kwargs.setdefault("retries", 0)
+        kwargs.setdefault("retries", STEP_RETRIES)
+        kwargs.setdefault("retry_delay", STEP_RETRY_DELAY)
         args = ["--spec", _FROM_SPEC % "spec_path", "--run-dir", _FROM_SPEC % "run_dir", *extra_args]
         super().__init__(application=str(Path(project_root) / "spark_jobs" / f"{step}.py"),
                          application_args=args, **kwargs)
@@ -109,7 +118,14 @@ class MigrationStepOperator(SparkSubmitOperator):
         super().render_template_fields(context, jinja_env)
 
     def execute(self, context: Any) -> dict[str, str]:
-        super().execute(context)  # raises unless spark-submit exited 0
+        try:
+            super().execute(context)  # raises unless spark-submit exited 0
+        except AirflowException as exc:
+            code = _EXIT_CODE.search(str(exc))
+            if code and int(code.group(1)) == BAD_INPUT_EXIT:
+                raise AirflowFailException(f"{self.step} refused its input (exit {BAD_INPUT_EXIT}); see the error "
+                                           "line above and the step's report: a retry cannot help") from None
+            raise
         args = list(self.application_args or [])
         return {"report": rundir.join(args[args.index("--run-dir") + 1], f"{self.step}.json")}
 
@@ -121,7 +137,7 @@ def step_is_dry_run(params: Any, dry_run_unless: str | None) -> bool:
 
 def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_unless: str | None = None,
                flags: Mapping[str, str] | None = None,
-               retries: int = 0) -> tuple[MigrationStepOperator, XComArg]:
+               retries: int = STEP_RETRIES) -> tuple[MigrationStepOperator, XComArg]:
     """`<step>` (spark-submit) and `publish_<step>_report`, downstream of `upstream`; returns both.
 
     `dry_run_unless` names a boolean param without which the step only plans (cleanup_source: deletion must
@@ -151,3 +167,37 @@ def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_un
     published = publish()
     upstream >> submit >> published
     return submit, published
+
+
+def report_task(upstream: Any) -> XComArg:
+    """`write_migration_report`: RUN_DIR/report.{json,md,html} from the steps' reports, whatever they did.
+
+    Runs after every publish task (all_done), so a failed run gets its report too; then fails when the
+    migration did, because as the DAG's last task its state decides the run's. XCom: the three locations
+    and the verdict.
+    """
+
+    @task(task_id=REPORT_TASK_ID, trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def write_migration_report() -> dict[str, Any]:
+        """Writes the migration report for people (plan counts, per-partition counts and hashes,
+        per-subscription lost/duplicated, cutover hold and phases, cleanup, every step's time)."""
+        ctx = get_current_context()
+        rendered = ctx["ti"].xcom_pull(task_ids=SPEC_TASK_ID)
+        if not rendered:
+            raise AirflowFailException(f"no report: {SPEC_TASK_ID} did not succeed, so there is no run dir")
+        run_dir = rendered["run_dir"]
+        with dag_support.run_dir_spark(run_dir) as spark:
+            summary = migration_report.build(run_dir, dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"], spark=spark)
+            written = migration_report.write(run_dir, summary, spark)
+        log.info("migration report (%s): %s", summary["verdict"], written["html"])
+        log.info("lost %d, duplicated %d; steps: %s", summary["lost"], summary["duplicated"],
+                 ", ".join(f"{s['step']} {s['verdict']}" for s in summary["steps"]))
+        if summary["verdict"] == "failed":
+            failed = [s["step"] for s in summary["steps"] if s["verdict"] not in ("ok", "planned")]
+            raise AirflowFailException(f"migration failed at {failed[0]} (report: {written['html']})")
+        return {**written, "verdict": summary["verdict"], "lost": summary["lost"],
+                "duplicated": summary["duplicated"]}
+
+    report = write_migration_report()
+    upstream >> report
+    return report

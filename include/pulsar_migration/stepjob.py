@@ -35,6 +35,16 @@ class StepFailed(RuntimeError):
     """A step's own verification failed; the message is the one error line."""
 
 
+class BadInput(StepFailed):
+    """The spec does not fit the clusters (unknown tenant, conflicts, a missing earlier step): running the step
+    again cannot help until a human changes something, so it exits with BAD_INPUT_EXIT, not FAILED_EXIT."""
+
+
+# Exit codes of the step contract: the DAG retries FAILED_EXIT (perhaps a broker restarting) but not BAD_INPUT_EXIT.
+FAILED_EXIT = 1
+BAD_INPUT_EXIT = 2
+
+
 # Steps shuffle thousands of metadata rows, not terabytes: 200 shuffle tasks would dominate run time.
 _SESSION_DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
@@ -163,7 +173,7 @@ def _run(step: str, body: Callable[[StepContext], None], args: argparse.Namespac
         spec = MigrationSpec.load(args.spec, spark.for_uri(args.spec))
         spec.check_environment()
     except SpecError as exc:
-        return 2, f"error: {_one_line(str(exc))}"
+        return BAD_INPUT_EXIT, f"error: {_one_line(str(exc))}"
 
     report = StepReport.start(step, spec, dry_run=args.dry_run)
     ctx = StepContext(step=step, spec=spec, run_dir=args.run_dir, dry_run=args.dry_run, args=args,
@@ -175,9 +185,9 @@ def _run(step: str, body: Callable[[StepContext], None], args: argparse.Namespac
         rundir.ensure_dir(args.run_dir, spark.for_uri(args.run_dir))
     except Exception as exc:
         log.debug("cannot create run dir", exc_info=True)
-        return 1, f"error: {step}: cannot create run dir {args.run_dir}: {_one_line(_reason(exc))}"
+        return FAILED_EXIT, f"error: {step}: cannot create run dir {args.run_dir}: {_one_line(_reason(exc))}"
 
-    error = _run_body(step, body, ctx)
+    error, code = _run_body(step, body, ctx)
     if error is None:
         # A dry run's body may set its own verdict; otherwise it planned.
         dry_verdict = "planned" if report.verdict == "running" else report.verdict
@@ -190,28 +200,31 @@ def _run(step: str, body: Callable[[StepContext], None], args: argparse.Namespac
         log.debug("cannot write report", exc_info=True)
         problem = f"cannot write report to {args.run_dir}: {_one_line(_reason(exc))}"
         if error is None:
-            error = problem
+            error, code = problem, FAILED_EXIT
             report.finish("failed", error)
         else:
             log.warning("%s", problem)
     for line in report.summary_lines():
         log.info("%s", line)
-    return (0, None) if error is None else (1, f"error: {step}: {error}")
+    return (0, None) if error is None else (code, f"error: {step}: {error}")
 
 
-def _run_body(step: str, body: Callable[[StepContext], None], ctx: StepContext) -> str | None:
-    """Runs the body; returns None on success, else the one-line error."""
+def _run_body(step: str, body: Callable[[StepContext], None], ctx: StepContext) -> tuple[str | None, int]:
+    """Runs the body; returns (None, 0) on success, else the one-line error and the exit code."""
     try:
         body(ctx)
         if ctx.report.verdict == "failed":
             raise StepFailed(ctx.report.error or "the step reported verdict 'failed'")
-    except (StepFailed, SpecError, AdminError) as exc:
+    except (BadInput, SpecError) as exc:
+        log.debug("%s refused its input", step, exc_info=True)
+        return _one_line(str(exc) or type(exc).__name__), BAD_INPUT_EXIT
+    except (StepFailed, AdminError) as exc:
         log.debug("%s failed", step, exc_info=True)
-        return _one_line(str(exc) or type(exc).__name__)
+        return _one_line(str(exc) or type(exc).__name__), FAILED_EXIT
     except Exception as exc:
         log.error("%s failed unexpectedly", step, exc_info=True)
-        return _one_line(f"{type(exc).__name__}: {exc}")
-    return None
+        return _one_line(f"{type(exc).__name__}: {exc}"), FAILED_EXIT
+    return None, 0
 
 
 def _reason(exc: BaseException) -> str:

@@ -46,7 +46,7 @@ def test_migration_dag_shape(dagbag: DagBag) -> None:
     assert set(dag.task_dict) == {"render_spec", "sync_metadata", "publish_sync_metadata_report",
                                   "replicate_topics", "publish_replicate_topics_report", "sync_progress",
                                   "publish_sync_progress_report", "switch_lookup", "publish_switch_lookup_report",
-                                  "cleanup_source", "publish_cleanup_source_report"}
+                                  "cleanup_source", "publish_cleanup_source_report", "write_migration_report"}
     assert dag.task_dict["sync_metadata"].upstream_task_ids == {"render_spec"}
     publish = dag.task_dict["publish_sync_metadata_report"]
     assert publish.upstream_task_ids == {"sync_metadata"} and publish.trigger_rule == "all_done"
@@ -58,6 +58,23 @@ def test_migration_dag_shape(dagbag: DagBag) -> None:
     assert dag.task_dict["switch_lookup"].upstream_task_ids == {"publish_sync_progress_report"}
     assert dag.task_dict["cleanup_source"].upstream_task_ids == {"publish_switch_lookup_report"}
     assert dag.task_dict["cleanup_source"].dry_run_unless == "confirm_cleanup"
+    report = dag.task_dict["write_migration_report"]
+    assert report.trigger_rule == "all_done" and report.upstream_task_ids == {
+        f"publish_{step}_report" for step in ("sync_metadata", "replicate_topics", "sync_progress", "switch_lookup",
+                                              "cleanup_source")}
+    assert dag.leaves == [report]  # its state decides the run's: it fails when the migration did
+
+
+def test_spark_tasks_retry_and_the_docs_say_why(dagbag: DagBag) -> None:
+    """Steps are idempotent, so their Spark tasks retry; the DAG's docs tell users retries are safe."""
+    for dag_id, dag in dagbag.dags.items():
+        if dag_id == "pulsar_smoke":  # reports the clusters' state right now: a retry would hide a flap
+            continue
+        spark_tasks = [t for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+        for task in spark_tasks:
+            assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+        if spark_tasks:
+            assert "Retries are safe" in (dag.doc_md or ""), f"{dag_id}: doc_md does not say retries are safe"
 
 
 def test_pools_and_spark_connections_are_in_airflow_settings(dagbag: DagBag) -> None:

@@ -38,6 +38,7 @@ REPLICATE, PUBLISH_REPLICATE = "replicate_topics", "publish_replicate_topics_rep
 PROGRESS, PUBLISH_PROGRESS = "sync_progress", "publish_sync_progress_report"
 SWITCH, PUBLISH_SWITCH = "switch_lookup", "publish_switch_lookup_report"
 CLEANUP, PUBLISH_CLEANUP = "cleanup_source", "publish_cleanup_source_report"
+REPORT = "write_migration_report"
 
 
 def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
@@ -93,7 +94,7 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         assert states == {"render_spec": "success", "sync_metadata": "success", PUBLISH: "success",
                           REPLICATE: "success", PUBLISH_REPLICATE: "success", PROGRESS: "success",
                           PUBLISH_PROGRESS: "success", SWITCH: "success", PUBLISH_SWITCH: "success",
-                          CLEANUP: "success", PUBLISH_CLEANUP: "success"}
+                          CLEANUP: "success", PUBLISH_CLEANUP: "success", REPORT: "success"}
         switched = xcom(dag_run, PUBLISH_SWITCH)
         assert switched["verdict"] == "ok" and switched["dry_run"] is False
         assert lookup_service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_b.name
@@ -145,6 +146,22 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         assert rendered_fields(dag_run, CLEANUP)["application_args"][-1] == "--delete-tenant"
         assert token_env_name("pulsar_lookup") in rendered_fields(dag_run, SWITCH)["env_vars"]
 
+        # The report for people: every step ok, every partition's hashes equal, lost = duplicated = 0.
+        written = xcom(dag_run, REPORT)
+        assert written["verdict"] == "ok" and written["html"] == str(rdir / "report.html")
+        assert (written["lost"], written["duplicated"]) == (0, 0)
+        summary = json.loads((rdir / "report.json").read_text())
+        assert [(s["step"], s["verdict"]) for s in summary["steps"]] == [
+            ("sync_metadata", "ok"), ("replicate_topics", "ok"), ("sync_progress", "ok"), ("switch_lookup", "ok"),
+            ("cleanup_source", "ok")]
+        assert len(summary["partitions"]) == replicated["counts"]["partitions"]
+        assert all(p["hashes_equal"] and p["status"] == "ok" for p in summary["partitions"])
+        assert sum(p["source_messages"] for p in summary["partitions"]) == replicated["counts"]["source_messages"] > 0
+        assert len(summary["subscriptions"]) == progressed["counts"]["subscriptions"]
+        assert summary["cutover"]["route_after"] == cluster_b.name and summary["cutover"]["hold_s"] > 0
+        page = (rdir / "report.html").read_text()
+        assert tenant in page and "verdict ok" in page and "lost 0, duplicated 0" in page
+
         out, err = capfd.readouterr()
         leaks = {"spec": spec_text, "report": report_text, "xcom": json.dumps(published),
                  "rendered fields": json.dumps(rendered, default=str), "output": out + err}
@@ -153,8 +170,8 @@ def test_migrates_a_rich_tenant_with_a_token_only_in_the_environment(
         for admin, other in ((admin_a, cluster_b), (admin_b, cluster_a)):
             registration = admin.get(f"/clusters/{other.name}", expect_json=False).decode()
             leaks[f"registration of {other.name} on {admin.name}"] = registration
-        for name in (SWITCH, CLEANUP):
-            leaks[f"{name} report"] = (rdir / f"{name}.json").read_text()
+        for name in (f"{SWITCH}.json", f"{CLEANUP}.json", "report.json", "report.md", "report.html"):
+            leaks[name] = (rdir / name).read_text()
         for where, text in leaks.items():
             assert token not in text, f"token leaked into the {where}"
             assert LOOKUP_TOKEN not in text, f"lookup service token leaked into the {where}"
@@ -194,6 +211,7 @@ def test_dry_run_plans_and_changes_nothing(
     assert xcom(dag_run, PUBLISH_SWITCH)["verdict"] == "planned"
     assert lookup_service.api("GET", f"/routes/{tenant}").json()["held"] is False
     assert xcom(dag_run, PUBLISH_CLEANUP)["verdict"] == "planned"
+    assert xcom(dag_run, REPORT)["verdict"] == "planned" and (rdir / "report.md").is_file()
 
 
 def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
@@ -207,12 +225,17 @@ def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(
     assert states == {"render_spec": "success", "sync_metadata": "failed", PUBLISH: "failed",
                       REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
                       PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed", SWITCH: "upstream_failed",
-                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed"}
+                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed",
+                      REPORT: "failed"}
     assert snapshot(admin_b, tenant) == {"tenant": None}
     report = json.loads((run_dir_of(airflow_db, dag_run) / "sync_metadata.json").read_text())
     assert report["verdict"] == "failed"
     assert f"tenant '{tenant}' does not exist on cluster {cluster_a.name}" in report["error"]
     assert xcom(dag_run, PUBLISH) is None and xcom(dag_run, "sync_metadata") is None
+    # The failed run still has its report (written before the report task failed), showing where it stopped.
+    summary = json.loads((run_dir_of(airflow_db, dag_run) / "report.json").read_text())
+    assert summary["verdict"] == "failed" and summary["steps"][0]["verdict"] == "failed"
+    assert [s["verdict"] for s in summary["steps"][1:]] == ["not run"] * 4
 
 
 def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: AirflowTestDb) -> None:
@@ -222,5 +245,6 @@ def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: A
     assert states == {"render_spec": "failed", "sync_metadata": "upstream_failed", PUBLISH: "failed",
                       REPLICATE: "upstream_failed", PUBLISH_REPLICATE: "failed",
                       PROGRESS: "upstream_failed", PUBLISH_PROGRESS: "failed", SWITCH: "upstream_failed",
-                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed"}
+                      PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed",
+                      REPORT: "failed"}
     assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()

@@ -268,7 +268,7 @@ def test_topic_missing_on_target_fails_clearly(cluster_a: LocalCluster, cluster_
     try:
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         admin_a.put(f"/persistent/{tenant}/ns/late")  # created after metadata sync
-        assert step(spec, tmp_path / "late") == 1
+        assert step(spec, tmp_path / "late") == 2  # bad input: sync_metadata must run again first
         line = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()][-1]
         assert line.startswith("error: replicate_topics: ") and "ns/late" in line and "sync_metadata" in line
         assert admin_b.get(f"/namespaces/{tenant}/ns/deduplication") is not True  # nothing was written

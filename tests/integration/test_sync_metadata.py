@@ -99,7 +99,7 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     before = snapshot(admin_b, tenant)
 
-    assert sync(spec, tmp_path / "run1") == 1
+    assert sync(spec, tmp_path / "run1") == 2  # bad input: a retry cannot help
     # 3 topics + 1 subscription under one + 1 schema history + 1 non-persistent topic
     assert "6 conflict(s)" in error_line(capsys)
     plan = plan_rows(spark, tmp_path / "run1")
@@ -162,7 +162,7 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(
     expected_code, expected_text = 2, ""
     if case == "unknown-tenant":
         spec["tenant"] = "no-such-tenant-" + tenant
-        expected_code, expected_text = 1, f"tenant 'no-such-tenant-{tenant}' does not exist on cluster cluster-a"
+        expected_code, expected_text = 2, f"tenant 'no-such-tenant-{tenant}' does not exist on cluster cluster-a"
     elif case == "unreachable-target":
         spec["clusters"][cluster_b.name]["admin_url"] = "http://127.0.0.1:9"
         expected_code, expected_text = 1, "cluster-b is unreachable at http://127.0.0.1:9"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from pulsar_migration.report import StepReport
-from pulsar_migration.stepjob import StepContext, StepFailed, run_step
+from pulsar_migration.stepjob import BAD_INPUT_EXIT, BadInput, StepContext, StepFailed, run_step
 
 STEP = "sync_metadata"
 
@@ -73,6 +73,15 @@ def test_step_failed_exits_1_with_one_error_line(argv: list[str], capsys: pytest
     report = _report(argv)
     assert report.verdict == "failed" and report.error == "target has 2 topics, source has 3"
     assert report.counts == {"topics": 3}
+
+
+def test_bad_input_exits_2_so_the_dag_does_not_retry(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    def body(ctx: StepContext) -> None:
+        raise BadInput("tenant 'x' does not exist on cluster cluster-a")
+
+    assert run_step(STEP, body, argv) == BAD_INPUT_EXIT == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {STEP}: tenant 'x' does not exist on cluster cluster-a"
+    assert _report(argv).verdict == "failed"
 
 
 def test_a_failed_verdict_without_raising_still_fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

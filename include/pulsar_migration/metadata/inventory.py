@@ -15,7 +15,7 @@ from typing import Any
 from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
-from pulsar_migration.stepjob import StepFailed
+from pulsar_migration.stepjob import BadInput, StepFailed
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def read_layout(admin: PulsarAdmin, spec: MigrationSpec, *, must_exist: bool) ->
         tenant_info = admin.get(f"/tenants/{seg(spec.tenant)}")
     except NotFound:
         if must_exist:
-            raise MetadataError(f"tenant '{spec.tenant}' does not exist on cluster {admin.name}") from None
+            raise BadInput(f"tenant '{spec.tenant}' does not exist on cluster {admin.name}") from None
         return TenantLayout(None)
     layout = TenantLayout(tenant_info)
     for full_name in admin.get(f"/namespaces/{seg(spec.tenant)}"):

@@ -19,7 +19,7 @@ from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CONFLICT, plan_counts, plan_metadata
 from pulsar_migration.metadata.state import Clusters, actual_state, desired_state, project_actual
 from pulsar_migration.report import stable_hash
-from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def run(ctx: StepContext) -> None:
 
         conflicts = report.counts.get(CONFLICT, 0)
         if conflicts and not spec.proceed_on_conflict:
-            raise StepFailed(f"{conflicts} conflict(s) in the plan (see {rundir.join(ctx.run_dir, PLAN_DATASET)}); "
+            raise BadInput(f"{conflicts} conflict(s) in the plan (see {rundir.join(ctx.run_dir, PLAN_DATASET)}); "
                              "resolve them on the target or set options.proceed_on_conflict")
         if ctx.dry_run:
             return

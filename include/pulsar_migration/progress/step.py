@@ -33,7 +33,7 @@ from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import inventory
 from pulsar_migration.report import stable_hash
 from pulsar_migration.spec import MigrationSpec
-from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def run(ctx: StepContext, *, in_driver: bool = False) -> None:
         if ctx.dry_run:
             report.details["note"] = "no position map in the run dir yet: replicate_topics has not run"
             return
-        raise StepFailed(f"no position map in {ctx.run_dir}: run replicate_topics (with this run dir) first")
+        raise BadInput(f"no position map in {ctx.run_dir}: run replicate_topics (with this run dir) first")
     from pyspark.sql import functions as F
 
     position_map = position_map.where(F.col("topic").isin(topics)).persist()

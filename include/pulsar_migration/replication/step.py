@@ -30,7 +30,7 @@ from pulsar_migration.replication.partition import (
 )
 from pulsar_migration.report import stable_hash
 from pulsar_migration.spec import MigrationSpec
-from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,10 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
             refs.append(ref)
             continue
         if ref.local not in target_topics:
-            raise ReplicationError(f"topic {ref.local} of tenant '{spec.tenant}' does not exist on the target "
+            raise BadInput(f"topic {ref.local} of tenant '{spec.tenant}' does not exist on the target "
                                    f"{spec.target}: run sync_metadata first (it may have been created since)")
         if target_topics[ref.local] != ref.partitioned:
-            raise ReplicationError(f"topic {ref.local} is {'' if ref.partitioned else 'non-'}partitioned on the "
+            raise BadInput(f"topic {ref.local} is {'' if ref.partitioned else 'non-'}partitioned on the "
                                    f"source but not on the target {spec.target}: resolve the sync_metadata conflict")
         refs.append(ref)
 

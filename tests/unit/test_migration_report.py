@@ -1,0 +1,79 @@
+"""The migration report from step reports: verdict rules, the numbers it gathers, escaping in the HTML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulsar_migration import migration_report
+
+HASH_A, HASH_B = "a" * 64, "b" * 64
+
+
+def step_report(step: str, verdict: str = "ok", **extra: Any) -> dict[str, Any]:
+    return {"step": step, "verdict": verdict, "dry_run": verdict == "planned", "duration_s": 1.5, "error": None,
+            "counts": {}, "hashes": {}, "details": {}, **extra}
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    (tmp_path / "spec.json").write_text(json.dumps({"tenant": "acme<b>", "source": "a", "target": "b",
+                                                    "replication": {"mode": "copy"}}))
+    reports = {
+        "sync_metadata": step_report("sync_metadata", counts={"CREATE": 3, "topic.CREATE": 2}),
+        "replicate_topics": step_report("replicate_topics", details={"partitions": [
+            {"topic": "persistent://acme/ns/t", "status": "ok", "source_messages": 5, "copied_messages": 5,
+             "target_messages": 5, "source_hash": HASH_A, "target_hash": HASH_A},
+            {"topic": "persistent://acme/ns/u", "status": "ok", "source_messages": 2, "copied_messages": 2,
+             "target_messages": 2, "source_hash": HASH_A, "target_hash": HASH_B}]}),
+        "sync_progress": step_report("sync_progress", details={"subscriptions": [
+            {"topic": "persistent://acme/ns/t", "subscription": "s", "lost": 0, "duplicated": 1}]}),
+        "switch_lookup": step_report("switch_lookup", details={
+            "hold_s": 1.25, "phases_s": {"fence": 0.5}, "route_before": "a", "route_after": "b",
+            "catch_up": [{"counts": {"copied_messages": 4}}], "final_replicate": {"counts": {"copied_messages": 1}},
+            "final_progress": {"counts": {"lost": 2, "duplicated": 0}}}),
+        "cleanup_source": step_report("cleanup_source", "planned", counts={"partitions": 2}),
+    }
+    for step, report in reports.items():
+        (tmp_path / f"{step}.json").write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_gathers_counts_hashes_subscriptions_and_the_cutover(run_dir: Path) -> None:
+    summary = migration_report.build(str(run_dir), dag_id="d", run_id="r")
+
+    assert summary["verdict"] == "planned"  # the cleanup was not confirmed
+    assert [p["hashes_equal"] for p in summary["partitions"]] == [True, False]
+    # sync_progress's verification and the switch's final one both count
+    assert (summary["lost"], summary["duplicated"]) == (2, 1)
+    assert summary["cutover"]["copied_messages"] == 5 and summary["cutover"]["hold_s"] == 1.25
+    assert summary["total_step_s"] == 7.5
+    written = migration_report.write(str(run_dir), summary)
+    assert json.loads(Path(written["json"]).read_text())["partitions"][1]["target_hash"] == HASH_B
+    markdown = Path(written["markdown"]).read_text()
+    assert "| persistent://acme/ns/u | ok | 2 | 2 | 2 | aaaaaaaaaaaaaaaa | bbbbbbbbbbbbbbbb | NO |" in markdown
+    page = Path(written["html"]).read_text()
+    assert "acme&lt;b&gt;" in page and "acme<b>" not in page  # names are escaped, never markup
+
+
+@pytest.mark.parametrize(("verdicts", "expected"), [
+    (["ok"] * 5, "ok"),
+    (["planned"] * 5, "planned"),
+    (["ok"] * 4 + ["planned"], "planned"),
+    (["ok", "failed", "not run", "not run", "not run"], "failed"),
+    (["ok"] * 4 + ["not run"], "failed"),
+])
+def test_verdict(verdicts: list[str], expected: str) -> None:
+    assert migration_report.verdict([{"verdict": v} for v in verdicts]) == expected
+
+
+def test_missing_step_reports_are_not_run(tmp_path: Path) -> None:
+    (tmp_path / "sync_metadata.json").write_text(json.dumps(step_report("sync_metadata", "failed", error="boom")))
+
+    summary = migration_report.build(str(tmp_path))
+
+    assert summary["verdict"] == "failed" and summary["tenant"] is None
+    assert [s["verdict"] for s in summary["steps"]] == ["failed"] + ["not run"] * 4
+    assert "boom" in migration_report.to_markdown(summary)
