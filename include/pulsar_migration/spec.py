@@ -203,6 +203,29 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                     "default": GEO_TIMEOUT_DEFAULT_S,
                     "description": "Geo mode: how long to wait for every partition's replication backlog to drain.",
                 },
+                "backfill_sink": {
+                    "title": "Backfill sink",
+                    "type": "string",
+                    "enum": ["pulsar", "parquet"],
+                    "default": "pulsar",
+                    "description": "backfill_window: where a window's messages go. pulsar: the target cluster, "
+                                   "exactly once by the copy rules of replicate_topics; parquet: the archive at "
+                                   "archive_path, partitioned by tenant/namespace/topic/date.",
+                },
+                "archive_path": {
+                    "title": "Archive path",
+                    "type": ["string", "null"],
+                    "default": None,
+                    "description": "Root of the Parquet archive (path or URI Spark can write, e.g. s3a://...), "
+                                   "written by backfill_window (sink parquet) and read by restore_window.",
+                },
+                "backfill_state_dir": {
+                    "title": "Backfill state dir",
+                    "type": ["string", "null"],
+                    "default": None,
+                    "description": "backfill_window to a cluster: where the position map lives across windows "
+                                   "(null: `_state/<tenant>.<source>.<target>` next to the run dir).",
+                },
             },
         },
     },
@@ -347,6 +370,14 @@ class MigrationSpec:
     @property
     def delayed_delivery_horizon_s(self) -> int:
         return int(self.options.get("delayed_delivery_horizon_s", -1))
+
+    @property
+    def backfill_sink(self) -> str:
+        return str(self.options.get("backfill_sink", "pulsar"))
+
+    @property
+    def archive_path(self) -> str | None:
+        return self.options.get("archive_path")
 
     @property
     def geo_timeout_s(self) -> int:

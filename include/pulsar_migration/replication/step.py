@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
@@ -43,11 +43,18 @@ class ReplicationError(StepFailed):
     """Inventory or preparation found something that stops the step (one line)."""
 
 
-def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = False) -> None:
+# A bound on one partition's copy (backfill windows): (upper inclusive, first entry of a partition the map does
+# not know yet), or None to leave the partition out of this run.
+Bound = Callable[[str], "tuple[Position, Position | None] | None"]
+
+
+def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = False,
+        bound: Bound | None = None) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
     sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
     dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
-    cost would dominate a delta of a few hundred entries."""
+    cost would dominate a delta of a few hundred entries. `bound` (backfill windows) caps each partition's
+    range and says where a partition new to the map starts."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     in_driver = in_driver and rundir.is_local(ctx.run_dir) and not ctx.dry_run
@@ -59,7 +66,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = Fals
             ends = posmap.ends_local(ctx.run_dir)
         else:
             ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
-        jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run)
+        jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run, bound=bound)
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
         report.counts["partitions"] = len(jobs)
@@ -89,7 +96,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = Fals
 # -- inventory ---------------------------------------------------------------------------------------
 
 def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
-              ends: dict[str, posmap.MapEnd], *, dry_run: bool = False) -> list[PartitionJob]:
+              ends: dict[str, posmap.MapEnd], *, dry_run: bool = False,
+              bound: Bound | None = None) -> list[PartitionJob]:
     """One job per source partition (non-partitioned topics are one), with the source's last entry now.
     Fails before anything is written when a topic is missing or shaped differently on the target; a dry
     run (e.g. of the whole migration, before sync_metadata really ran) plans such topics as empty."""
@@ -123,7 +131,7 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
                                    f"target {spec.target}: run sync_metadata first")
         return [(f"{name}-partition-{i}", ref.local, i) for i in range(count)]
 
-    def job(item: tuple[str, str, int]) -> PartitionJob:
+    def job(item: tuple[str, str, int]) -> PartitionJob | None:
         topic, local, index = item
         try:
             last = src_admin.last_message_id(topic)
@@ -132,19 +140,33 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
         upper = Position(int(last["ledgerId"]), int(last["entryId"])) if int(last.get("entryId", -1)) >= 0 \
             and int(last.get("ledgerId", -1)) >= 0 else None
         end = ends.get(topic)
-        return PartitionJob(topic, local, index, upper, (end.target, end.source) if end else None,
-                            target_exists=local in target_topics)
+        map_end: Any = (end.target, end.source) if end else None
+        if bound is not None:
+            limit = bound(topic)
+            if limit is None:
+                return None
+            upper = min(upper, limit[0]) if upper else None
+            if end is None and limit[1] is not None:
+                map_end = (None, limit[1])  # new to the map: start after this source entry, scan the whole target
+        return PartitionJob(topic, local, index, upper, map_end, target_exists=local in target_topics)
 
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
-        return sorted(pool.map(job, items), key=lambda j: (j.local, j.partition))
+        return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
 
 
 def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[PartitionJob]) -> list[str]:
     """Turns deduplication on for every namespace with selected topics on the target (what makes copies
     and client re-sends exactly-once) and waits until each target partition runs with it. Returns the
     namespaces it changed."""
-    namespaces = sorted({job.local.split("/", 1)[0] for job in jobs})
+    return enable_deduplication_on(admin, spec, sorted({job.local.split("/", 1)[0] for job in jobs}),
+                                   [job.topic for job in jobs])
+
+
+def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces: list[str],
+                            topics: list[str]) -> list[str]:
+    """Deduplication on for the tenant's `namespaces` on `admin`'s cluster, then waits until every one of
+    `topics` runs with it. Returns the namespaces it changed."""
     changed = []
     for ns in namespaces:
         path = f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/deduplication"
@@ -153,7 +175,7 @@ def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[Par
             changed.append(ns)
             log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, spec.target)
     deadline = time.monotonic() + DEDUP_WAIT_S
-    pending = [job.topic for job in jobs]
+    pending = list(topics)
     while pending:
         pending = [t for t in pending if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus")
                    != "Enabled"]

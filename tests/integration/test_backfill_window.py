@@ -1,0 +1,172 @@
+"""backfill_window (to a cluster and to a Parquet archive) and restore_window against the real cluster pair,
+judged by draining topics with the plain Python client and reading the archive with plain pyarrow.
+
+Three batches are produced a moment apart; the windows are cut between them, so each window must hold exactly
+its batch, whatever order the windows run in and however often."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as pads
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.backfill.step import BACKFILL_STEP, RESTORE_STEP, add_window_args, run_backfill, run_restore
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+
+from tests.conftest import unique
+from tests.integration.replication_helpers import client, drain
+from tests.integration.tenant_builders import write_spec
+
+BATCHES = 3
+PER_BATCH = 12
+TOPICS = ("ns/events", "ns/parted")  # non-partitioned, 2 partitions
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def seed(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> tuple[list[int], dict[int, set[bytes]]]:
+    """Three batches on both topics, a pause between; returns the window edges and each batch's payloads."""
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/persistent/{tenant}/ns/events")
+    admin.put(f"/persistent/{tenant}/ns/parted/partitions", 2)
+    c = client(cluster)
+    edges = [int(time.time() * 1000) - 1]
+    payloads: dict[int, set[bytes]] = {}
+    try:
+        producers = [c.create_producer(f"persistent://{tenant}/{t}", batching_enabled=(i == 1))
+                     for i, t in enumerate(TOPICS)]
+        for batch in range(BATCHES):
+            payloads[batch] = set()
+            for i in range(PER_BATCH):
+                for topic, producer in zip(TOPICS, producers, strict=True):
+                    data = f"{topic}|b{batch}|m{i}".encode()
+                    producer.send_async(data, None, partition_key=f"k{i % 3}", properties={"batch": str(batch)})
+                    payloads[batch].add(data)
+            for producer in producers:
+                producer.flush()
+            time.sleep(1.2)
+            edges.append(int(time.time() * 1000))
+            time.sleep(0.3)
+    finally:
+        c.close()
+    return edges, payloads
+
+
+def window_args(spec: Path, run_dir: Path, edges: list[int], k: int) -> list[str]:
+    return ["--spec", str(spec), "--run-dir", str(run_dir), "--start", iso(edges[k]), "--end", iso(edges[k + 1])]
+
+
+def backfill(spec: Path, run_dir: Path, edges: list[int], k: int) -> int:
+    return run_step(BACKFILL_STEP, run_backfill, window_args(spec, run_dir, edges, k), add_args=add_window_args)
+
+
+def restore(spec: Path, run_dir: Path, edges: list[int], k: int) -> int:
+    return run_step(RESTORE_STEP, run_restore, window_args(spec, run_dir, edges, k), add_args=add_window_args)
+
+
+def step_report(run_dir: Path, step: str) -> dict[str, Any]:
+    return json.loads((run_dir / f"{step}.json").read_text())
+
+
+def target_payloads(cluster: LocalCluster, tenant: str) -> list[bytes]:
+    topics = [f"persistent://{tenant}/ns/events"] + [f"persistent://{tenant}/ns/parted-partition-{i}" for i in (0, 1)]
+    return [m["data"] for t in topics for m in drain(cluster, t)]
+
+
+def test_windows_to_a_cluster_copy_each_batch_once_in_any_order(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-bf-pulsar")
+    edges, payloads = seed(admin_a, cluster_a, tenant)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                      options={"backfill_state_dir": str(tmp_path / "state")})
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "meta")]) == 0
+
+    # The middle window first: a partition new to the map starts at the window's first entry.
+    assert backfill(spec, tmp_path / "w1", edges, 1) == 0
+    held = target_payloads(cluster_b, tenant)
+    assert sorted(held) == sorted(payloads[1])
+    assert step_report(tmp_path / "w1", BACKFILL_STEP)["counts"]["copied_messages"] == PER_BATCH * 2
+
+    # An earlier window after a later one changes nothing (the map continues after window 1).
+    assert backfill(spec, tmp_path / "w0", edges, 0) == 0
+    assert step_report(tmp_path / "w0", BACKFILL_STEP)["counts"]["copied_messages"] == 0
+    # The last window continues where window 1 ended; re-running it sends nothing twice.
+    for run in ("w2", "w2-again"):
+        assert backfill(spec, tmp_path / run, edges, 2) == 0
+    assert step_report(tmp_path / "w2", BACKFILL_STEP)["counts"]["copied_messages"] == PER_BATCH * 2
+    assert step_report(tmp_path / "w2-again", BACKFILL_STEP)["counts"]["copied_messages"] == 0
+    held = target_payloads(cluster_b, tenant)
+    assert len(held) == len(set(held)) and set(held) == payloads[1] | payloads[2]
+
+
+def test_windows_to_the_archive_and_back_exactly_once(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-bf-archive")
+    edges, payloads = seed(admin_a, cluster_a, tenant)
+    archive = tmp_path / "archive"
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                      options={"backfill_sink": "parquet", "archive_path": str(archive)})
+
+    for k in range(BATCHES):
+        assert backfill(spec, tmp_path / f"w{k}", edges, k) == 0
+    first = step_report(tmp_path / "w0", BACKFILL_STEP)
+    assert first["counts"]["archived_messages"] == PER_BATCH * 2 == first["counts"]["source_messages"]
+    assert first["hashes"]["source"] == first["hashes"]["archive"]
+
+    rows = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
+    by_window: dict[str, set[bytes]] = {}
+    for row in rows:
+        by_window.setdefault(row["window"], set()).add(row["payload"])
+        assert row["tenant"] == tenant and row["properties"] and row["key"] in ("k0", "k1", "k2")
+    assert len(rows) == BATCHES * PER_BATCH * 2  # nothing twice, nothing missing
+    assert sorted(by_window.values(), key=sorted) == sorted(payloads.values(), key=sorted)
+    day = datetime.fromtimestamp(edges[0] / 1000, UTC).strftime("%Y-%m-%d")
+    assert (archive / f"tenant={tenant}" / "namespace=ns" / "topic=parted" / f"date={day}").is_dir()
+
+    # Re-running a window rewrites the same rows: the archive is unchanged.
+    assert backfill(spec, tmp_path / "w0-again", edges, 0) == 0
+    again = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
+    assert sorted(r["digest"] for r in again) == sorted(r["digest"] for r in rows)
+    assert step_report(tmp_path / "w0-again", BACKFILL_STEP)["hashes"]["archive"] == first["hashes"]["archive"]
+
+    # Restore window 1 into the target, twice: its batch arrives once, in order per partition.
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "meta")]) == 0
+    for run in ("r1", "r1-again"):
+        assert restore(spec, tmp_path / run, edges, 1) == 0
+    restored = step_report(tmp_path / "r1", RESTORE_STEP)
+    assert restored["counts"]["sent"] == PER_BATCH * 2 == restored["counts"]["restored"]
+    assert step_report(tmp_path / "r1-again", RESTORE_STEP)["counts"]["sent"] == 0
+    held = target_payloads(cluster_b, tenant)
+    assert len(held) == len(set(held)) and set(held) == payloads[1]
+    events = [m["data"] for m in drain(cluster_b, f"persistent://{tenant}/ns/events")]
+    assert events == [f"ns/events|b1|m{i}".encode() for i in range(PER_BATCH)]
+
+
+@pytest.mark.parametrize("case", ["end-before-start", "no-archive-path"])
+def test_bad_windows_and_sinks_exit_2_and_write_nothing(
+    case: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tenant = unique("it-bf-bad")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    options = {"backfill_sink": "parquet"} if case == "no-archive-path" else {}
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=options)
+    now = int(time.time() * 1000)
+    edges = [now, now - 1000] if case == "end-before-start" else [now - 1000, now]
+    assert backfill(spec, tmp_path / "run", edges, 0) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {BACKFILL_STEP}: ")
+    assert ("is not before" in line) if case == "end-before-start" else ("archive_path" in line)
