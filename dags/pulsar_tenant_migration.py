@@ -67,13 +67,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from airflow.sdk import DAG, Param
-from pulsar_migration import dag_support
+from pulsar_migration import dag_params, dag_support
 from pulsar_migration.dag_tasks import render_spec_task, report_task, step_tasks
-from pulsar_migration.spec import PULSAR_NAME_PATTERN
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_NAME = {"type": "string", "pattern": PULSAR_NAME_PATTERN}
-_REGEXES = {"type": "array", "items": {"type": "string", "minLength": 1}}
 
 with DAG(
     dag_id="pulsar_tenant_migration",
@@ -82,25 +79,11 @@ with DAG(
     doc_md=__doc__,
     tags=["pulsar", "migration"],
     params={
-        "source_conn": Param("pulsar_cluster_a", type="string", pattern=dag_support.CONN_ID_PATTERN,
-                             title="Source connection", section="Clusters",
-                             description="Airflow connection id of the Pulsar cluster the tenant lives on now."),
-        "target_conn": Param("pulsar_cluster_b", type="string", pattern=dag_support.CONN_ID_PATTERN,
-                             title="Target connection", section="Clusters",
-                             description="Airflow connection id of the Pulsar cluster the tenant moves to."),
-        # No default: the form cannot be submitted without a tenant.
-        "tenant": Param(**_NAME, title="Tenant", section="What to migrate",
-                        description="The Pulsar tenant to migrate (letters, digits and - = : . _ only)."),
-        "namespaces": Param(None, type=["null", "array"], items=_NAME, minItems=1, uniqueItems=True,
-                            title="Namespaces", section="What to migrate",
-                            description="Short namespace names (ns1, not tenant/ns1); empty (null) = all of "
-                                        "the tenant's namespaces."),
-        "topics_include": Param([".*"], **_REGEXES, minItems=1, title="Topics to include",
-                                section="What to migrate",
-                                description="Regexes on `<namespace>/<topic>`; a topic is migrated when one "
-                                            "matches (re.search)."),
-        "topics_exclude": Param([], **_REGEXES, title="Topics to exclude", section="What to migrate",
-                                description="Regexes on `<namespace>/<topic>`; a topic matching any is skipped."),
+        **dag_params.cluster_params(
+            source_help="Airflow connection id of the Pulsar cluster the tenant lives on now.",
+            target_help="Airflow connection id of the Pulsar cluster the tenant moves to."),
+        # No tenant default: the form cannot be submitted without a tenant.
+        **dag_params.selection_params(),
         "replication_mode": Param("copy", type="string", enum=["copy", "geo"], title="Replication mode",
                                   section="Behaviour",
                                   description="copy: Spark re-publishes every message exactly once and records "
@@ -119,8 +102,7 @@ with DAG(
         "delete_tenant": Param(False, type="boolean", title="Delete the tenant", section="Cleanup",
                                description="With Confirm cleanup: also delete the tenant itself on the source once "
                                            "nothing of it is left there."),
-        "dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
-                         description="Plan and report only; no cluster is changed."),
+        **dag_params.dry_run_param(),
         "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
                                      description="Go on when the target holds a resource that cannot take the "
                                                  "source's shape (more partitions, partitioned vs non-partitioned, "

@@ -52,7 +52,11 @@ PARAM_TO_SPEC: dict[str, tuple[str, ...]] = {
     "topics_exclude": ("topics", "exclude"),
     "proceed_on_conflict": ("options", "proceed_on_conflict"),
     "replication_mode": ("replication", "mode"),
+    "backfill_sink": ("options", "backfill_sink"),
+    "archive_path": ("options", "archive_path"),
 }
+# Spec options holding locations: a relative local one is taken under the project root, like the run dir base.
+PATH_OPTIONS = ("archive_path", "backfill_state_dir")
 CONFLICTS_IN_SUMMARY = 20
 
 
@@ -124,12 +128,17 @@ def library_zip(dest_dir: str | Path | None = None) -> str:
     return str(target)
 
 
+def anchored(location: str, root: str | Path | None) -> str:
+    """A relative local path taken under `root`; absolute paths and URIs (`s3a://...`) as they are."""
+    if "://" not in location and root is not None and not os.path.isabs(location):
+        return str(Path(root) / location)
+    return location
+
+
 def run_dir(base: str, *parts: str, root: str | Path | None = None) -> str:
     """`base/part/...` with each part made path-safe; a relative local base is taken under `root`."""
     safe = [re.sub(r"[^A-Za-z0-9_.=-]+", "_", p).strip("_") or "_" for p in parts]
-    if "://" not in base and root is not None and not os.path.isabs(base):
-        base = str(Path(root) / base)
-    return "/".join([base.rstrip("/"), *safe])
+    return "/".join([anchored(base, root).rstrip("/"), *safe])
 
 
 def macros(project_root: str | Path) -> dict[str, Any]:
@@ -154,12 +163,12 @@ def lookup_from_connection(conn: Any) -> dict[str, Any]:
 
 
 def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
-                  lookup_conn: Any | None = None) -> dict[str, Any]:
+                  lookup_conn: Any | None = None, root: str | Path | None = None) -> dict[str, Any]:
     """The validated MigrationSpec document (defaults filled in) for a trigger's params and its two connections
     (and the lookup service's, which switch_lookup and cleanup_source need).
 
     SpecError (one line) for a bad combination: same cluster on both sides, a bad regex, a connection
-    lacking host or service_url.
+    lacking host or service_url. Relative local paths among the options are taken under `root`.
     """
     clusters: dict[str, dict[str, Any]] = {}
     names = []
@@ -184,6 +193,10 @@ def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
             for key in path[:-1]:
                 node = node.setdefault(key, {})
             node[path[-1]] = params[param]
+    options = document.get("options", {})
+    for key in PATH_OPTIONS:
+        if options.get(key):
+            options[key] = anchored(options[key], root)
     return MigrationSpec.from_dict(document).to_dict()
 
 

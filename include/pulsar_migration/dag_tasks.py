@@ -62,7 +62,7 @@ def render_spec_task(project_root: str | Path) -> XComArg:
         try:
             conns = [BaseHook.get_connection(params[p]) for p in CONN_PARAMS]
             lookup = BaseHook.get_connection(params[LOOKUP_PARAM]) if params.get(LOOKUP_PARAM) else None
-            document = dag_support.spec_document(params, *conns, lookup_conn=lookup)
+            document = dag_support.spec_document(params, *conns, lookup_conn=lookup, root=project_root)
         except (ValueError, AirflowNotFoundException) as exc:
             # Bad input does not get better on retry: fail now, with the one line as the reason.
             raise AirflowFailException(str(exc)) from None
@@ -136,17 +136,18 @@ def step_is_dry_run(params: Any, dry_run_unless: str | None) -> bool:
 
 
 def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_unless: str | None = None,
-               flags: Mapping[str, str] | None = None,
+               flags: Mapping[str, str] | None = None, extra_args: Sequence[str] = (),
                retries: int = STEP_RETRIES) -> tuple[MigrationStepOperator, XComArg]:
     """`<step>` (spark-submit) and `publish_<step>_report`, downstream of `upstream`; returns both.
 
     `dry_run_unless` names a boolean param without which the step only plans (cleanup_source: deletion must
-    be confirmed); `flags` maps boolean params to step arguments. The publish task runs whatever the step's
+    be confirmed); `flags` maps boolean params to step arguments; `extra_args` (templates) follow `--run-dir`
+    (backfill_window: `--start`/`--end`). The publish task runs whatever the step's
     outcome (all_done) and fails unless the step succeeded and its report says so, so a failed step can
     never leave the DAG run green.
     """
     submit = MigrationStepOperator(step=step, project_root=project_root, dry_run_unless=dry_run_unless,
-                                   flags=flags, retries=retries)
+                                   flags=flags, extra_args=extra_args, retries=retries)
 
     @task(task_id=f"publish_{step}_report", trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def publish() -> dict[str, Any]:

@@ -16,7 +16,7 @@ def dagbag() -> DagBag:
 
 
 # Every DAG file must be listed here: a file whose DAG silently fails to register is caught too.
-EXPECTED_DAGS = {"pulsar_smoke", "pulsar_tenant_migration"}
+EXPECTED_DAGS = {"pulsar_smoke", "pulsar_tenant_migration", "pulsar_scheduled_backfill", "pulsar_archive_restore"}
 
 
 def test_no_import_errors(dagbag: DagBag) -> None:
@@ -88,3 +88,18 @@ def test_pools_and_spark_connections_are_in_airflow_settings(dagbag: DagBag) -> 
             if isinstance(task, SparkSubmitOperator):  # subclasses too (the migration steps)
                 conn_id = getattr(task, "_conn_id", None)
                 assert conn_id in conns, f"{dag_id}.{task.task_id}: connection {conn_id!r} not in airflow_settings.yaml"
+
+
+def test_backfill_dags_shape(dagbag: DagBag) -> None:
+    """Hourly windows with catchup, one at a time; the step gets the window as --start/--end."""
+    dag = dagbag.dags["pulsar_scheduled_backfill"]
+    assert dag.catchup and dag.max_active_runs == 1 and dag.timetable.can_be_scheduled
+    assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"  # a real [start, end) interval per run
+    assert set(dag.task_dict) == {"render_spec", "backfill_window", "publish_backfill_window_report"}
+    args = dag.task_dict["backfill_window"].application_args
+    assert args[-4] == "--start" and "data_interval_start" in args[-3] and "data_interval_end" in args[-1]
+    for name in dag.params:  # a scheduled run has no form: every param needs a valid default
+        dag.params.get_param(name).resolve()
+    restore = dagbag.dags["pulsar_archive_restore"]
+    assert not restore.timetable.can_be_scheduled
+    assert set(restore.task_dict) == {"render_spec", "restore_window", "publish_restore_window_report"}

@@ -7,25 +7,20 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.dag_processing.dagbag import DagBag
 from airflow.models.dagrun import DagRun
-from airflow.models.renderedtifields import RenderedTaskInstanceFields
-from airflow.models.xcom import XComModel
-from airflow.utils.session import create_session
 from localdev.demo_tenant import build_rich_tenant
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.dag_support import run_dir, token_env_name
-from sqlalchemy import select
 
 from tests.conftest import unique
-from tests.dags.conftest import DAGS_DIR, AirflowTestDb
+from tests.dags.conftest import AirflowTestDb
+from tests.dags.dag_runs import rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.tenant_builders import snapshot
@@ -42,28 +37,7 @@ REPORT = "write_migration_report"
 
 
 def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
-    """One `dag.test(run_conf=conf)` on a freshly parsed DAG; returns the run and its task states."""
-    dag = DagBag(dag_folder=str(DAGS_DIR / f"{DAG_ID}.py")).dags[DAG_ID]
-    started = time.monotonic()
-    dag_run = dag.test(run_conf=conf)
-    log.info("%s dag.test(%s) took %.1fs", DAG_ID, conf, time.monotonic() - started)
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
-
-
-def xcom(dag_run: DagRun, task_id: str) -> Any:
-    """The task's return value as stored in the metadata DB (None when it pushed none)."""
-    with create_session() as session:
-        row = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=DAG_ID, task_ids=task_id,
-                                                 key="return_value")).first()
-        return None if row is None else XComModel.deserialize_value(row)
-
-
-def rendered_fields(dag_run: DagRun, task_id: str) -> dict[str, Any]:
-    """The task's rendered template fields as stored for the UI's "Rendered Template" view."""
-    rtif = RenderedTaskInstanceFields
-    with create_session() as session:
-        return session.scalars(select(rtif.rendered_fields).where(
-            rtif.dag_id == DAG_ID, rtif.run_id == dag_run.run_id, rtif.task_id == task_id)).one()
+    return run_dag(DAG_ID, run_conf=conf)
 
 
 def run_dir_of(airflow_db: AirflowTestDb, dag_run: DagRun) -> Path:

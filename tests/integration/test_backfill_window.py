@@ -33,19 +33,17 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
-def seed(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> tuple[list[int], dict[int, set[bytes]]]:
-    """Three batches on both topics, a pause between; returns the window edges and each batch's payloads."""
-    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
-    admin.put(f"/namespaces/{tenant}/ns")
-    admin.put(f"/persistent/{tenant}/ns/events")
-    admin.put(f"/persistent/{tenant}/ns/parted/partitions", 2)
+def seed(admin: PulsarAdmin, cluster: LocalCluster, tenant: str,
+         batches: int = BATCHES) -> tuple[list[int], dict[int, set[bytes]]]:
+    """Batches on both topics, a pause between; returns the window edges and each batch's payloads."""
+    create_topics(admin, cluster, tenant)
     c = client(cluster)
     edges = [int(time.time() * 1000) - 1]
     payloads: dict[int, set[bytes]] = {}
     try:
         producers = [c.create_producer(f"persistent://{tenant}/{t}", batching_enabled=(i == 1))
                      for i, t in enumerate(TOPICS)]
-        for batch in range(BATCHES):
+        for batch in range(batches):
             payloads[batch] = set()
             for i in range(PER_BATCH):
                 for topic, producer in zip(TOPICS, producers, strict=True):
@@ -60,6 +58,14 @@ def seed(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> tuple[list[i
     finally:
         c.close()
     return edges, payloads
+
+
+def create_topics(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> None:
+    """The tenant's namespace and the two topics (one with 2 partitions), as `seed` makes them."""
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/persistent/{tenant}/ns/events")
+    admin.put(f"/persistent/{tenant}/ns/parted/partitions", 2)
 
 
 def window_args(spec: Path, run_dir: Path, edges: list[int], k: int) -> list[str]:

@@ -1,0 +1,82 @@
+"""The trigger-form params the project's DAGs share: clusters, what to take, dry run, windows.
+
+Each function returns `{name: Param}` to splat into a DAG's `params`, so every DAG's form names and explains a
+field the same way. Keys map onto the spec through dag_support.PARAM_TO_SPEC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param
+
+from pulsar_migration.dag_support import CONN_ID_PATTERN
+from pulsar_migration.spec import PULSAR_NAME_PATTERN
+
+_NAME = {"type": "string", "pattern": PULSAR_NAME_PATTERN}
+_REGEXES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# An ISO instant the form offers a date-time picker for; null means "not given".
+_INSTANT = {"type": ["null", "string"], "format": "date-time"}
+
+
+def cluster_params(source_help: str, target_help: str) -> dict[str, Param]:
+    return {
+        "source_conn": Param("pulsar_cluster_a", type="string", pattern=CONN_ID_PATTERN, title="Source connection",
+                             section="Clusters", description=source_help),
+        "target_conn": Param("pulsar_cluster_b", type="string", pattern=CONN_ID_PATTERN, title="Target connection",
+                             section="Clusters", description=target_help),
+    }
+
+
+def selection_params(tenant_default: str | None = None) -> dict[str, Param]:
+    """Tenant, namespaces and topic regexes. Without a tenant default the form cannot be submitted without one
+    (allowed only in DAGs without a schedule)."""
+    tenant_kwargs: dict[str, Any] = {"title": "Tenant", "section": "What to take", **_NAME,
+                                     "description": "The Pulsar tenant (letters, digits and - = : . _ only)."}
+    tenant = Param(**tenant_kwargs) if tenant_default is None else Param(tenant_default, **tenant_kwargs)
+    return {
+        "tenant": tenant,
+        "namespaces": Param(None, type=["null", "array"], items=_NAME, minItems=1, uniqueItems=True,
+                            title="Namespaces", section="What to take",
+                            description="Short namespace names (ns1, not tenant/ns1); empty (null) = all of "
+                                        "the tenant's namespaces."),
+        "topics_include": Param([".*"], **_REGEXES, minItems=1, title="Topics to include", section="What to take",
+                                description="Regexes on `<namespace>/<topic>`; a topic is taken when one "
+                                            "matches (re.search)."),
+        "topics_exclude": Param([], **_REGEXES, title="Topics to exclude", section="What to take",
+                                description="Regexes on `<namespace>/<topic>`; a topic matching any is skipped."),
+    }
+
+
+def dry_run_param() -> dict[str, Param]:
+    return {"dry_run": Param(False, type="boolean", title="Dry run", section="Behaviour",
+                             description="Plan and report only; no cluster or archive is changed.")}
+
+
+def archive_params(sink_default: str = "pulsar") -> dict[str, Param]:
+    return {
+        "backfill_sink": Param(sink_default, type="string", enum=["pulsar", "parquet"], title="Sink",
+                               section="Sink",
+                               description="pulsar: the target connection's cluster, exactly once by the copy rules "
+                                           "of replicate_topics. parquet: the archive at Archive path, partitioned "
+                                           "by tenant/namespace/topic/date/window."),
+        "archive_path": Param("var/archive", type="string", minLength=1, title="Archive path", section="Sink",
+                              description="Root of the Parquet archive: a path (relative ones are under the project "
+                                          "root) or a URI Spark writes, e.g. s3a://bucket/pulsar-archive."),
+    }
+
+
+def window_params(required: bool) -> dict[str, Param]:
+    """`window_start`/`window_end`: ISO instants, start inclusive, end exclusive."""
+    if required:
+        kind: dict[str, Any] = {"type": "string", "format": "date-time"}
+        hint = ""
+    else:
+        kind = {**_INSTANT, "default": None}
+        hint = " Empty: the run's data interval (the scheduled window)."
+    return {
+        "window_start": Param(**kind, title="Window start", section="Window",
+                              description="First publish time taken (inclusive), an ISO instant; naive = UTC." + hint),
+        "window_end": Param(**kind, title="Window end", section="Window",
+                            description="Publish time the window stops before (exclusive)." + hint),
+    }

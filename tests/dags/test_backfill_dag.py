@@ -1,0 +1,92 @@
+"""`dag.test()` of pulsar_scheduled_backfill and pulsar_archive_restore against the local cluster pair.
+
+Batches are produced a moment apart and windows cut between them (as in the step's integration test); the runs
+here prove the DAG half: the form's window or the run's data interval reaches the step, runs of consecutive
+windows bring each batch once, the first window again brings nothing, an archived window comes back once.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+
+from tests.conftest import unique
+from tests.dags.conftest import AirflowTestDb
+from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.integration.replication_helpers import drain
+from tests.integration.test_backfill_window import PER_BATCH, create_topics, iso, seed, target_payloads
+
+BACKFILL, RESTORE = "pulsar_scheduled_backfill", "pulsar_archive_restore"
+PARTITION_TOPICS = ["persistent://{tenant}/ns/events", "persistent://{tenant}/ns/parted-partition-0",
+                    "persistent://{tenant}/ns/parted-partition-1"]
+
+
+def backfill(conf: dict[str, object], **kwargs: object) -> dict[str, object]:
+    """One backfill run that must succeed; returns its published report summary."""
+    dag_run, states = run_dag(BACKFILL, run_conf=conf, **kwargs)
+    assert dag_run.state == "success", states
+    return xcom(dag_run, "publish_backfill_window_report")
+
+
+def test_consecutive_windows_then_the_first_again_then_a_scheduled_interval(
+    airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin,
+) -> None:
+    now = datetime.now(UTC)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    if now - hour < timedelta(seconds=15):  # every batch must fall in the hour the scheduled run covers
+        time.sleep(15 - (now - hour).total_seconds())
+    tenant = unique("dag-bf")
+    edges, payloads = seed(admin_a, cluster_a, tenant, batches=2)
+    create_topics(admin_b, cluster_b, tenant)
+    conf = {"tenant": tenant}
+
+    first = backfill({**conf, "window_start": iso(edges[0]), "window_end": iso(edges[1])})
+    assert first["verdict"] == "ok" and first["counts"]["copied_messages"] == PER_BATCH * 2
+    assert sorted(target_payloads(cluster_b, tenant)) == sorted(payloads[0])
+    second = backfill({**conf, "window_start": iso(edges[1]), "window_end": iso(edges[2])})
+    assert second["counts"]["copied_messages"] == PER_BATCH * 2
+    again = backfill({**conf, "window_start": iso(edges[0]), "window_end": iso(edges[1])})
+    assert again["verdict"] == "ok" and again["counts"]["copied_messages"] == 0
+    held = target_payloads(cluster_b, tenant)
+    assert len(held) == len(set(held)) == PER_BATCH * 4 and set(held) == payloads[0] | payloads[1]
+
+    # No window in the form: the run's data interval, the hour holding both batches (already all copied).
+    dag_run, states = run_dag(BACKFILL, run_conf=conf, logical_date=hour + timedelta(hours=1))
+    assert dag_run.state == "success", states
+    assert (dag_run.data_interval_start, dag_run.data_interval_end) == (hour, hour + timedelta(hours=1))
+    args = rendered_fields(dag_run, "backfill_window")["application_args"]
+    assert args[-4:] == ["--start", hour.isoformat(), "--end", (hour + timedelta(hours=1)).isoformat()]
+    scheduled = xcom(dag_run, "publish_backfill_window_report")
+    # ... read on every partition the source holds messages on (keys may all hash to one of parted's two)
+    holding = [t for t in PARTITION_TOPICS if drain(cluster_a, t.format(tenant=tenant))]
+    assert scheduled["counts"]["partitions_with_messages"] == len(holding) >= 2
+    assert scheduled["counts"]["copied_messages"] == 0
+    assert len(target_payloads(cluster_b, tenant)) == PER_BATCH * 4
+
+
+def test_a_window_archived_then_restored_into_the_target(
+    airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("dag-archive")
+    edges, payloads = seed(admin_a, cluster_a, tenant, batches=1)
+    window = {"tenant": tenant, "window_start": iso(edges[0]), "window_end": iso(edges[1]),
+              "archive_path": str(tmp_path / "archive")}
+
+    archived = backfill({**window, "backfill_sink": "parquet"})
+    assert archived["verdict"] == "ok" and archived["counts"]["archived_messages"] == PER_BATCH * 2
+    assert archived["hashes"]["source"] == archived["hashes"]["archive"]
+    assert list((tmp_path / "archive").glob(f"tenant={tenant}/namespace=ns/topic=*/date=*/window=*/*.parquet"))
+
+    create_topics(admin_b, cluster_b, tenant)
+    dag_run, states = run_dag(RESTORE, run_conf=window)
+    assert dag_run.state == "success", states
+    restored = xcom(dag_run, "publish_restore_window_report")
+    assert restored["verdict"] == "ok" and restored["counts"]["restored"] == PER_BATCH * 2
+    held = target_payloads(cluster_b, tenant)
+    assert len(held) == len(set(held)) and set(held) == payloads[0]
