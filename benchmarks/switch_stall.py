@@ -25,15 +25,13 @@ import json
 import logging
 import os
 import tempfile
-import threading
 import time
 import uuid
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pulsar
+from localdev.live_clients import LiveClients
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.progress.step import add_args as progress_args
@@ -49,83 +47,6 @@ from benchmarks.replication_throughput import SOURCE, TARGET
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WINDOW_S = 10.0
 log = logging.getLogger(__name__)
-
-
-class Load:
-    """Producers and acknowledging consumers on every topic, through one client of the lookup service."""
-
-    def __init__(self, url: str, topics: list[str], rate: float) -> None:
-        self.client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
-                                    operation_timeout_seconds=30)
-        self.topics, self.rate = topics, rate
-        self.sent: list[tuple[float, float, str]] = []  # (sent at, stall s, payload) of acknowledged sends
-        self.failed: list[str] = []
-        self.received: list[tuple[float, str]] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.consumers = [self.client.subscribe(t, "bench", consumer_type=pulsar.ConsumerType.Failover,
-                                                message_listener=self._on_message,
-                                                initial_position=pulsar.InitialPosition.Earliest) for t in topics]
-        self.producers = [self.client.create_producer(t, batching_enabled=True, batching_max_publish_delay_ms=5,
-                                                      block_if_queue_full=True) for t in topics]
-        self.thread = threading.Thread(target=self._send, daemon=True)
-
-    def _on_message(self, consumer: Any, message: Any) -> None:
-        with self.lock:
-            self.received.append((time.monotonic(), message.data().decode()))
-        consumer.acknowledge(message)
-
-    def _send(self) -> None:
-        n = 0
-        while not self.stop.is_set():
-            producer = self.producers[n % len(self.producers)]
-            payload, at = f"{n % len(self.producers)}:{n}", time.monotonic()
-
-            def done(res: Any, _mid: Any, payload: str = payload, at: float = at) -> None:
-                with self.lock:
-                    if res == pulsar.Result.Ok:
-                        self.sent.append((at, time.monotonic() - at, payload))
-                    else:
-                        self.failed.append(f"{payload}: {res}")
-
-            producer.send_async(payload.encode(), done)
-            n += 1
-            time.sleep(1 / self.rate)
-
-    def window(self, since: float, until: float) -> dict[str, Any]:
-        with self.lock:
-            stalls = sorted(s for at, s, _ in self.sent if since <= at < until)
-            seen: set[str] = set()
-            twice = 0
-            for at, payload in self.received:
-                if payload in seen and since <= at < until:
-                    twice += 1
-                seen.add(payload)
-        pct = (lambda p: round(stalls[min(int(len(stalls) * p), len(stalls) - 1)], 3)) if stalls else (lambda p: None)
-        return {"messages": len(stalls), "stall_p50_s": pct(0.5), "stall_p99_s": pct(0.99),
-                "stall_max_s": round(stalls[-1], 3) if stalls else None, "received_twice": twice}
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        for p in self.producers:
-            p.flush()
-        time.sleep(3)  # consumers take what is left
-        self.client.close()
-
-
-def stored(topics: list[str]) -> Counter[str]:
-    client = pulsar.Client(TARGET.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    counts: Counter[str] = Counter()
-    try:
-        for topic in topics:
-            reader = client.create_reader(topic, pulsar.MessageId.earliest)
-            while reader.has_message_available():
-                counts[reader.read_next(10_000).data().decode()] += 1
-            reader.close()
-    finally:
-        client.close()
-    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         for topic in topics:
             admin.put(admin.topic_path(topic))
         wait_healthy(service)
-        load = Load(service, topics, args.rate)
-        load.thread.start()
+        load = LiveClients(service, topics, args.rate, subscription="bench").start()
         time.sleep(5)
         floor_from = time.monotonic()
         admin.put(f"/namespaces/{tenant}/ns/unload", expect_json=False)
@@ -189,13 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         result["cutover"] = load.window(switch_from, time.monotonic())
         log.info("switch: %s; cutover: %s", result["switch"], result["cutover"])
         load.close()
-        acked = {payload for _, _, payload in load.sent}
-        on_target = stored(topics)
-        received = {payload for _, payload in load.received}
-        result["check"] = {"acknowledged_sends": len(acked), "failed_sends": len(load.failed),
-                           "lost_on_target": len(acked - set(on_target)),
-                           "stored_twice_on_target": sum(1 for n in on_target.values() if n > 1),
-                           "never_received": len(acked - received)}
+        result["check"] = load.check(TARGET.service_url)
     finally:
         if load is not None and not load.stop.is_set():
             load.close()

@@ -2,16 +2,21 @@
 
 Starts the two local Pulsar clusters and Airflow standalone (each only if not running), seeds a
 realistic tenant on cluster-a, then triggers the `pulsar_tenant_migration` DAG through Airflow's REST
-API: first a dry run, then the real run. It waits for each DAG run, prints the step reports, compares
-the tenant on both clusters, and leaves everything running so the UI can be explored.
+API: first a dry run, then the real run with live producers and consumers on the tenant's `live` namespace
+running through the lookup service the whole time. It waits for each DAG run, prints the step reports, the
+report's path, the run's wall time and each task's time, compares the tenant on both clusters, counts what
+the live clients lost, got twice and how long their sends stalled, writes it all to
+`var/demo/demo-<UTC time>.json`, and leaves everything running so the UI can be explored.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -19,6 +24,8 @@ from pulsar_migration.admin import PulsarAdmin
 
 from localdev import airflow_local, lookup_local, pulsar_local
 from localdev.demo_tenant import build_rich_tenant
+from localdev.live_clients import LiveClients
+from localdev.paths import var_dir
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +33,11 @@ DAG_ID = "pulsar_tenant_migration"
 PUBLISH_TASK = "publish_sync_metadata_report"
 DEFAULT_TENANT = "acme"
 LOOKUP_CONN = "pulsar_lookup"
+REPORT_TASK = "write_migration_report"
 RUN_TIMEOUT_S = 600.0
+LIVE_NAMESPACE = "live"
+LIVE_TOPICS = 4
+LIVE_RATE = 50.0  # messages/s over all live topics
 
 
 class DemoError(RuntimeError):
@@ -74,9 +85,8 @@ class AirflowApi:
             run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
         return run
 
-    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
-        items = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
-        return {ti["task_id"]: ti["state"] for ti in items}
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
 
     def return_value(self, dag_id: str, run_id: str, task_id: str) -> Any:
         entry = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value",
@@ -95,6 +105,34 @@ def tenant_summary(admin: PulsarAdmin, tenant: str) -> dict[str, int]:
             topics += 1
             subscriptions += len(admin.get(f"/persistent/{topic.split('://', 1)[1]}/subscriptions"))
     return {"namespaces": len(namespaces), "topics": topics, "subscriptions": subscriptions}
+
+
+def seed_live_namespace(admin: PulsarAdmin, tenant: str) -> list[str]:
+    """The namespace the live clients use: retention keeps acknowledged messages for the copy, deduplication
+    lets a producer's re-sends after the switch land once."""
+    namespace = f"{tenant}/{LIVE_NAMESPACE}"
+    if namespace not in admin.get(f"/namespaces/{tenant}"):
+        admin.put(f"/namespaces/{namespace}")
+    admin.post(f"/namespaces/{namespace}/retention", {"retentionTimeInMinutes": 120, "retentionSizeInMB": 512})
+    admin.post(f"/namespaces/{namespace}/deduplication", True)
+    topics = [f"persistent://{namespace}/t{i}" for i in range(LIVE_TOPICS)]
+    existing = admin.get(f"/persistent/{namespace}")
+    for topic in topics:
+        if topic not in existing:
+            admin.put(admin.topic_path(topic))
+    return topics
+
+
+def write_task_times(api: AirflowApi, run: dict[str, Any]) -> dict[str, Any]:
+    """The run's wall time and each task's duration, printed and returned."""
+    tis = api.task_instances(DAG_ID, run["dag_run_id"])
+    started, ended = (datetime.fromisoformat(run[k]) for k in ("start_date", "end_date"))
+    times = {"wall_s": round((ended - started).total_seconds(), 1),
+             "tasks_s": {ti["task_id"]: round(ti["duration"] or 0.0, 1) for ti in tis}}
+    sys.stdout.write(f"   wall time {times['wall_s']} s\n")
+    for ti in tis:
+        sys.stdout.write(f"   {ti['task_id']:<32} {ti['state']:<10} {times['tasks_s'][ti['task_id']]:>6} s\n")
+    return times
 
 
 def run_demo(tenant: str) -> int:
@@ -117,6 +155,7 @@ def run_demo(tenant: str) -> int:
                                "actor": "make demo"})
     if route.status_code >= 300:
         raise DemoError(f"the lookup service refused the route for {tenant}: HTTP {route.status_code}")
+    live_topics = seed_live_namespace(admin_a, tenant)
 
     url = f"http://localhost:{airflow_local.api_port()}"
     api = AirflowApi(url, airflow_local.ADMIN_USER, airflow_local.admin_password())
@@ -128,25 +167,53 @@ def run_demo(tenant: str) -> int:
     api.call("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
     conf = {"source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": tenant}
 
-    results = {}
-    for label, dry_run in (("dry run", True), ("migration", False)):
-        run = api.trigger_and_wait(DAG_ID, {**conf, "dry_run": dry_run})
-        states = api.task_states(DAG_ID, run["dag_run_id"])
-        report = api.return_value(DAG_ID, run["dag_run_id"], PUBLISH_TASK) if run["state"] == "success" else None
-        results[label] = report
-        sys.stdout.write(f"\n== {label}: DAG run {run['dag_run_id']} {run['state']}\n")
-        for task_id, state in states.items():
-            sys.stdout.write(f"   {task_id:<32} {state}\n")
-        if report:
-            counts = report.get("counts", {})
-            sys.stdout.write("   plan: " + ", ".join(f"{a}={counts.get(a, 0)}" for a in
-                                                        ("CREATE", "UPDATE", "CONFLICT", "NOOP")) + "\n")
-        if run["state"] != "success":
-            raise DemoError(f"the {label} DAG run failed; see the task logs at {url}/dags/{DAG_ID}")
+    results: dict[str, Any] = {"tenant": tenant, "started": datetime.now(UTC).isoformat(timespec="seconds")}
+    live: LiveClients | None = None
+    try:
+        for label, dry_run in (("dry run", True), ("migration", False)):
+            if not dry_run:
+                # The tenant's own clients, through the lookup service, for the whole real run.
+                live = LiveClients(lookup_url, live_topics, LIVE_RATE).start()
+                time.sleep(3)
+            live_from = time.monotonic()
+            run = api.trigger_and_wait(DAG_ID, {**conf, "dry_run": dry_run})
+            live_until = time.monotonic()
+            report = api.return_value(DAG_ID, run["dag_run_id"], PUBLISH_TASK) if run["state"] == "success" else None
+            sys.stdout.write(f"\n== {label}: DAG run {run['dag_run_id']} {run['state']}\n")
+            results[label] = {"run_id": run["dag_run_id"], "state": run["state"], **write_task_times(api, run)}
+            if report:
+                counts = report.get("counts", {})
+                sys.stdout.write("   plan: " + ", ".join(f"{a}={counts.get(a, 0)}" for a in
+                                                            ("CREATE", "UPDATE", "CONFLICT", "NOOP")) + "\n")
+                results[label]["metadata_hashes"] = report.get("hashes", {})
+            written = api.return_value(DAG_ID, run["dag_run_id"], REPORT_TASK) if run["state"] == "success" else None
+            if written:
+                results[label]["report"] = written["html"]
+                sys.stdout.write(f"   report: {written['html']} (verdict {written['verdict']})\n")
+            if run["state"] != "success":
+                raise DemoError(f"the {label} DAG run failed; see the task logs at {url}/dags/{DAG_ID}")
+            if live is not None:
+                time.sleep(5)  # the clients settle on the target
+                results["live_clients"] = live.window(live_from, live_until)
+                live.close()
+                results["live_clients"].update(live.check(target.service_url))
+                live = None
+    finally:
+        if live is not None:
+            live.close()
 
+    figures = results["live_clients"]
+    sys.stdout.write(f"\n== live clients on {tenant}/{LIVE_NAMESPACE} ({LIVE_TOPICS} topics, {LIVE_RATE:.0f} msg/s, "
+                     "through the lookup service)\n"
+                     f"   acknowledged sends {figures['acknowledged_sends']}, failed {figures['failed_sends']}, "
+                     f"lost on the target {figures['lost_on_target']}, "
+                     f"stored twice {figures['stored_twice_on_target']}, "
+                     f"never received {figures['never_received']}, received twice {figures['received_twice']}\n"
+                     f"   send stall during the migration: p50 {figures['stall_p50_s']} s, p99 "
+                     f"{figures['stall_p99_s']} s, max {figures['stall_max_s']} s\n")
     a_summary, b_summary = tenant_summary(admin_a, tenant), tenant_summary(admin_b, tenant)
     sys.stdout.write(f"\n== tenant {tenant}\n   {source.name}: {a_summary}\n   {target.name}: {b_summary}\n")
-    hashes = (results["migration"] or {}).get("hashes", {})
+    hashes = results["migration"].get("metadata_hashes", {})
     if a_summary != b_summary or not hashes or hashes.get("desired") != hashes.get("target_actual"):
         raise DemoError(f"tenant {tenant} differs between the clusters after the migration")
     sys.stdout.write(f"   verified: desired hash == target hash ({hashes['desired'][:16]})\n")
@@ -157,6 +224,12 @@ def run_demo(tenant: str) -> int:
     sys.stdout.write(f"\nLookup service: {lookup_url} (clients' service URL; {tenant} -> {target.name} after the "
                      f"switch; admin token in {lookup_local.home() / 'admin_token'}). The source's copy was only "
                      "verified: trigger again with confirm_cleanup to delete it.\n")
+    out = var_dir() / "demo" / f"demo-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    sys.stdout.write(f"\nFigures written to {out}\n")
+    if figures["lost_on_target"] or figures["stored_twice_on_target"] or figures["failed_sends"]:
+        raise DemoError(f"the live clients lost or duplicated messages: {figures}")
     credentials = f"user {airflow_local.ADMIN_USER}, password {airflow_local.admin_password()}"
     sys.stdout.write(f"\nAirflow UI: {url}  ({credentials})\nStop everything with: make clean\n")
     return 0

@@ -1,0 +1,89 @@
+"""The whole migration DAG with `spark_default` pointing at a real Spark standalone cluster (master + worker
+started from the installed pyspark), not `local[*]`: the library reaches the executors only through
+spark-submit's --py-files, and the executors, in the worker's own JVMs, read and write the run dir."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from localdev.pulsar_local import LocalCluster
+from localdev.spark_standalone import standalone_cluster
+from pulsar_migration.admin import PulsarAdmin
+
+from tests.conftest import unique
+from tests.dags.conftest import AirflowTestDb
+from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.integration.lookup_helpers import LookupProcess
+from tests.integration.replication_helpers import client, drain
+
+DAG_ID = "pulsar_tenant_migration"
+MESSAGES = 40
+
+
+@pytest.fixture
+def spark_master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    """A standalone cluster, and `spark_default` pointing at it (the environment beats the settings' DB row)."""
+    work = tmp_path / "spark"
+    with standalone_cluster(work) as url:
+        host, port = url.rsplit(":", 1)
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
+                                                                     "port": int(port)}))
+        yield url, work
+
+
+def seed(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> None:
+    """A partitioned and a plain topic with messages; a subscription that acknowledged part of one."""
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/persistent/{tenant}/ns/orders/partitions", 2)
+    admin.put(f"/persistent/{tenant}/ns/audit")
+    c = client(cluster)
+    try:
+        consumer = c.subscribe(f"persistent://{tenant}/ns/audit", "svc",
+                               initial_position=pulsar.InitialPosition.Earliest)
+        for topic in ("orders", "audit"):
+            producer = c.create_producer(f"persistent://{tenant}/ns/{topic}")
+            for i in range(MESSAGES):
+                producer.send(f"{topic}-{i}".encode(), partition_key=f"k{i % 5}")
+        for _ in range(MESSAGES // 4):
+            consumer.acknowledge(consumer.receive(10_000))
+        consumer.close()
+    finally:
+        c.close()
+
+
+def test_the_migration_runs_on_a_spark_standalone_cluster(
+    airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, lookup_service: LookupProcess, spark_master: tuple[str, Path],
+) -> None:
+    master, work = spark_master
+    tenant = unique("dag-standalone")
+    seed(admin_a, cluster_a, tenant)
+
+    dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant, "confirm_cleanup": True})
+
+    assert dag_run.state == "success", states
+    written = xcom(dag_run, "write_migration_report")
+    assert written["verdict"] == "ok" and (written["lost"], written["duplicated"]) == (0, 0)
+    # Every step that uses Spark ran its application on the standalone master (cleanup_source verifies and
+    # deletes through admin calls in the driver; it builds no session) ...
+    registered = (work / "master.log").read_text()
+    for step in ("sync_metadata", "replicate_topics", "sync_progress", "switch_lookup"):
+        assert f"Registering app pulsar-migration-{step}" in registered, f"{step} never reached {master}"
+        assert rendered_fields(dag_run, step)["py_files"].endswith(".zip")
+    apps = sorted((work / "worker").glob("app-*"))
+    assert len(apps) >= 4, f"expected an application per step on the worker, found {apps}"
+    # ... whose executors got the library through --py-files (a copy in each application's work dir).
+    assert all(list(app.glob("*.zip")) for app in apps), [list(app.iterdir()) for app in apps]
+    summary = json.loads(Path(written["json"]).read_text())
+    assert summary["partitions"] and all(p["hashes_equal"] for p in summary["partitions"])
+    # The tenant now lives on the target only, with every message and the subscription's position.
+    assert tenant not in admin_a.get("/tenants")
+    assert [m["data"] for m in drain(cluster_b, f"persistent://{tenant}/ns/audit")] == [
+        f"audit-{i}".encode() for i in range(MESSAGES)]
+    backlog = admin_b.get(f"/persistent/{tenant}/ns/audit/stats")["subscriptions"]["svc"]["msgBacklog"]
+    assert backlog == MESSAGES - MESSAGES // 4
