@@ -7,10 +7,14 @@ windows bring each batch once, the first window again brings nothing, an archive
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from localdev.airflow_local import venv_bin
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 
@@ -67,6 +71,14 @@ def test_consecutive_windows_then_the_first_again_then_a_scheduled_interval(
     assert scheduled["counts"]["partitions_with_messages"] == len(holding) >= 2
     assert scheduled["counts"]["copied_messages"] == 0
     assert len(target_payloads(cluster_b, tenant)) == PER_BATCH * 4
+
+    # `airflow backfill create` over a range plans one run per hour of it, with these same intervals.
+    day = hour - timedelta(days=1)
+    listed = subprocess.run([str(venv_bin() / "airflow"), "backfill", "create", "--dag-id", BACKFILL, "--from-date",
+                             day.isoformat(), "--to-date", (day + timedelta(hours=2)).isoformat(), "--dry-run"],
+                            capture_output=True, text=True, timeout=120, env=dict(os.environ), check=True).stdout
+    planned = re.findall(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", listed.split("Runs to be attempted:")[1])
+    assert planned[:2] == [f"{(day + timedelta(hours=h)):%Y-%m-%d %H:%M:%S}" for h in (0, 1)], listed
 
 
 def test_a_window_archived_then_restored_into_the_target(

@@ -64,7 +64,7 @@ def test_the_migration_runs_on_a_spark_standalone_cluster(
     tenant = unique("dag-standalone")
     seed(admin_a, cluster_a, tenant)
 
-    dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant, "confirm_cleanup": True})
+    dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant, "confirm_cleanup": True, "delete_tenant": True})
 
     assert dag_run.state == "success", states
     written = xcom(dag_run, "write_migration_report")
@@ -77,8 +77,10 @@ def test_the_migration_runs_on_a_spark_standalone_cluster(
         assert rendered_fields(dag_run, step)["py_files"].endswith(".zip")
     apps = sorted((work / "worker").glob("app-*"))
     assert len(apps) >= 4, f"expected an application per step on the worker, found {apps}"
-    # ... whose executors got the library through --py-files (a copy in each application's work dir).
-    assert all(list(app.glob("*.zip")) for app in apps), [list(app.iterdir()) for app in apps]
+    # ... whose executors got the library through --py-files (a copy in each executor's work dir) and ran tasks.
+    for app in apps:
+        assert list(app.glob("*/pulsar_migration-*.zip")), f"no library shipped to {app}"
+    assert any("Finished task" in err.read_text(errors="replace") for err in (work / "worker").glob("app-*/*/stderr"))
     summary = json.loads(Path(written["json"]).read_text())
     assert summary["partitions"] and all(p["hashes_equal"] for p in summary["partitions"])
     # The tenant now lives on the target only, with every message and the subscription's position.
