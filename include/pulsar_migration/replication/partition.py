@@ -95,12 +95,17 @@ class PartitionOutcome:
 
 # -- target side ----------------------------------------------------------------------------------
 
-def last_copied(admin: PulsarAdmin, client: Any, topic: str) -> SourceTag | None:
-    """The source position of the target's last message (None: the target partition is empty)."""
+def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Position | None = None,
+                map_source: Position | None = None) -> SourceTag | None:
+    """The source position of the target's last message (None: the target partition is empty). When that
+    message is the position map's last target entry, the map says where it came from: a rollback's reverse
+    map ends at the source's own messages, which carry no tag."""
     last = admin.last_message_id(topic)
     if int(last.get("entryId", -1)) < 0 or int(last.get("ledgerId", -1)) < 0:
         return None
     entry = Position(int(last["ledgerId"]), int(last["entryId"]))
+    if map_target is not None and map_source is not None and entry == map_target:
+        return SourceTag(map_source, -1, 0)
     tag: SourceTag | None = None
     for message, info in read_range(client, topic, None, entry, inclusive_start=entry):
         if info.position != entry:
@@ -376,7 +381,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     job, outcome = task.job, task.outcome
     src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
     map_target, map_source = task.map_target, task.map_source
-    resumed = last_copied(tgt_admin, tgt_client, job.topic) if job.target_exists else None
+    resumed = last_copied(tgt_admin, tgt_client, job.topic, map_target, map_source) if job.target_exists else None
     resume_after = resumed.position if resumed else None
     outcome.resumed_after = str(resume_after) if resume_after else None
     if resume_after and job.upper and resume_after > job.upper:
