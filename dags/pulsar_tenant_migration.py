@@ -39,6 +39,9 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    path, and it fails when the migration did. The **Pulsar migrations** view and the run's report tab
    show the same report.
 
+**Switching back** after the flip: trigger `pulsar_tenant_rollback` with this run's id (copy mode; the clients
+return to the source with what they published on the target).
+
 **Retries are safe** because every step is idempotent: the Spark tasks retry twice (20 s apart), so a
 broker restart or a lost executor costs a retry, not a migration. A step that refuses its input (exit
 code 2: unknown tenant, conflicts, a missing earlier step) fails at once, without retries.
@@ -90,11 +93,9 @@ with DAG(
                                               "where each landed. geo: Pulsar's own geo-replication is enabled on "
                                               "the namespaces (older messages included) and drained; it needs "
                                               "the brokers to reach each other."),
-        "lookup_conn": Param("pulsar_lookup", type="string", pattern=dag_support.CONN_ID_PATTERN,
-                             title="Lookup service connection", section="Clusters",
-                             description="Airflow connection id of the lookup service the tenant's clients use as "
-                                         "their service URL (host/port/schema = its URL, password = its admin "
-                                         "token); switch_lookup flips the tenant's route there."),
+        **dag_params.lookup_param(
+            "Airflow connection id of the lookup service the tenant's clients use as their service URL "
+            "(host/port/schema = its URL, password = its admin token); switch_lookup flips the tenant's route there."),
         "confirm_cleanup": Param(False, type="boolean", title="Confirm cleanup", section="Cleanup",
                                  description="Delete the tenant's topics and namespaces on the source after the "
                                              "verified switch. Off: cleanup_source only verifies and lists what it "

@@ -28,6 +28,11 @@ def cluster_params(source_help: str, target_help: str) -> dict[str, Param]:
     }
 
 
+def lookup_param(description: str) -> dict[str, Param]:
+    return {"lookup_conn": Param("pulsar_lookup", type="string", pattern=CONN_ID_PATTERN,
+                                 title="Lookup service connection", section="Clusters", description=description)}
+
+
 def selection_params(tenant_default: str | None = None) -> dict[str, Param]:
     """Tenant, namespaces and topic regexes. Without a tenant default the form cannot be submitted without one
     (allowed only in DAGs without a schedule)."""

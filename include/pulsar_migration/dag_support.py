@@ -276,3 +276,32 @@ def run_dir_spark(uri: str) -> Iterator[SparkSession | None]:
     finally:
         if active is None:
             spark.stop()
+
+
+# -- the rollback DAG: an earlier migration run's spec and run dir -----------------------------------------
+
+MIGRATION_DAG_ID = "pulsar_tenant_migration"
+
+
+def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str | Path | None = None,
+                    spark: SparkSession | None = None) -> dict[str, str]:
+    """`{"spec_path", "run_dir"}` of the migration run `run_id`, whose switch rollback_lookup undoes. ValueError
+    (one line) when that run has no spec, or when its spec names token variables of other connections than the
+    trigger's (the tokens would not reach the step)."""
+    directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
+    try:
+        document = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
+    except (FileNotFoundError, OSError):
+        raise ValueError(f"no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at {directory}") from None
+    wanted = {"source": params["source_conn"], "target": params["target_conn"]}
+    for side, conn_id in wanted.items():
+        name = document[side]
+        token_env = document["clusters"][name].get("token_env")
+        if token_env not in (None, token_env_name(conn_id)):
+            raise ValueError(f"run {run_id} reached its {side} {name} with the token in {token_env}, not through "
+                             f"connection {conn_id}: trigger with that run's connections")
+    lookup_env = (document.get("lookup") or {}).get("token_env")
+    if lookup_env not in (None, token_env_name(params.get("lookup_conn") or "")):
+        raise ValueError(f"run {run_id} used the lookup service token in {lookup_env}: trigger with that run's "
+                         "lookup connection")
+    return {"spec_path": rundir.join(directory, SPEC_FILE), "run_dir": directory}

@@ -77,6 +77,32 @@ def render_spec_task(project_root: str | Path) -> XComArg:
     return render_spec()
 
 
+def rollback_spec_task(project_root: str | Path) -> XComArg:
+    """`render_spec` of the rollback DAG: the spec and run dir of the migration run `migration_run_id`, whose
+    position map rollback_lookup needs. XCom as render_spec_task's; fails (no retry) with one line when that run
+    is unknown or used other connections."""
+
+    @task(task_id=SPEC_TASK_ID, retries=0)
+    def render_spec() -> dict[str, str]:
+        """Finds the migration run to roll back and checks the trigger names its connections."""
+        ctx = get_current_context()
+        params = ctx["params"]
+        base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
+        try:
+            for conn_id in connection_ids(params):
+                BaseHook.get_connection(conn_id)
+            anchored = dag_support.anchored(base, project_root)
+            with dag_support.run_dir_spark(anchored) as spark:
+                found = dag_support.rollback_target(base, params["migration_run_id"], params, root=project_root,
+                                                    spark=spark)
+        except (ValueError, AirflowNotFoundException) as exc:
+            raise AirflowFailException(str(exc)) from None
+        log.info("rolling back run %s: spec %s", params["migration_run_id"], found["spec_path"])
+        return found
+
+    return render_spec()
+
+
 class MigrationStepOperator(SparkSubmitOperator):
     """`spark-submit spark_jobs/<step>.py --spec SPEC --run-dir RUN_DIR [--dry-run]` (DESIGN.md section 2).
 

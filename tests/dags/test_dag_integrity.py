@@ -16,7 +16,8 @@ def dagbag() -> DagBag:
 
 
 # Every DAG file must be listed here: a file whose DAG silently fails to register is caught too.
-EXPECTED_DAGS = {"pulsar_smoke", "pulsar_tenant_migration", "pulsar_scheduled_backfill", "pulsar_archive_restore"}
+EXPECTED_DAGS = {"pulsar_smoke", "pulsar_tenant_migration", "pulsar_scheduled_backfill", "pulsar_archive_restore",
+                 "pulsar_tenant_rollback"}
 
 
 def test_no_import_errors(dagbag: DagBag) -> None:
@@ -103,3 +104,11 @@ def test_backfill_dags_shape(dagbag: DagBag) -> None:
     restore = dagbag.dags["pulsar_archive_restore"]
     assert not restore.timetable.can_be_scheduled
     assert set(restore.task_dict) == {"render_spec", "restore_window", "publish_restore_window_report"}
+
+
+def test_rollback_dag_shape(dagbag: DagBag) -> None:
+    dag = dagbag.dags["pulsar_tenant_rollback"]
+    assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
+    assert set(dag.task_dict) == {"render_spec", "rollback_lookup", "publish_rollback_lookup_report"}
+    assert dag.task_dict["rollback_lookup"].application.endswith("spark_jobs/rollback_lookup.py")
+    assert not dag.params.get_param("migration_run_id").has_value  # the form cannot be sent without it

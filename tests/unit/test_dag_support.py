@@ -133,3 +133,17 @@ def test_run_dir_spark_is_none_locally_and_reuses_an_active_session(spark: Any) 
     with dag_support.run_dir_spark("s3a://bucket/runs/x") as session:
         assert session is spark
     assert not spark.sparkContext._jsc.sc().isStopped()  # not ours to stop
+
+
+def test_rollback_target_finds_the_migration_run_and_checks_its_connections(tmp_path: Path) -> None:
+    run_id = "manual__2026-11-23T08:00:00+00:00"
+    doc = spec_document(PARAMS, A, B)  # B's token travels in PULSAR_TOKEN_PULSAR_CLUSTER_B
+    directory = dag_support.run_dir(str(tmp_path), dag_support.MIGRATION_DAG_ID, run_id)
+    dag_support.write_spec(directory, doc)
+    params = {"source_conn": A.conn_id, "target_conn": B.conn_id, "lookup_conn": "pulsar_lookup"}
+    assert dag_support.rollback_target(str(tmp_path), run_id, params) == {
+        "spec_path": f"{directory}/spec.json", "run_dir": directory}
+    with pytest.raises(ValueError, match=r"^no run 'manual__nope' of pulsar_tenant_migration with a spec at "):
+        dag_support.rollback_target(str(tmp_path), "manual__nope", params)
+    with pytest.raises(ValueError, match="PULSAR_TOKEN_PULSAR_CLUSTER_B, not through connection other_b"):
+        dag_support.rollback_target(str(tmp_path), run_id, {**params, "target_conn": "other_b"})

@@ -1,0 +1,52 @@
+"""
+### Pulsar tenant rollback
+
+Switches a migrated tenant's live clients back to the source after `pulsar_tenant_migration` flipped them to
+the target: give the **run id** of that migration run (its run dir holds the position map this needs).
+
+1. **render_spec** finds that run's spec and run dir and checks the form names the connections it used (their
+   tokens reach the step as environment variables, never as arguments).
+2. **rollback_lookup** (spark-submit) is the switch in reverse, in `RUN_DIR/rollback/`: the migration's map
+   with its sides swapped, catch-up copies of what clients published on the target since the flip (copy mode,
+   target deduplication on the source), the reverse progress sync of every subscription (markDelete and
+   individual acks), hold, fence the target, final delta and sync, quiet check, flip the route back to the
+   source, release, probe that clients land on the source. A failure before that flip leaves the clients on the
+   target. It runs only after a verified switch_lookup of that run, and only for copy-mode migrations.
+3. **publish_rollback_lookup_report** logs the report (`RUN_DIR/rollback_lookup.json`) and fails when the
+   step did.
+
+Nothing is deleted: the target keeps its copy. **Retries are safe**: the step is idempotent (a re-run after
+the flip back only probes); refused input (exit 2: no such run, no switch to roll back, geo mode) fails at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+from pulsar_migration import dag_params, dag_support
+from pulsar_migration.dag_tasks import rollback_spec_task, step_tasks
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+with DAG(
+    dag_id="pulsar_tenant_rollback",
+    schedule=None,
+    catchup=False,
+    doc_md=__doc__,
+    tags=["pulsar", "migration", "rollback"],
+    params={
+        "migration_run_id": Param(type="string", minLength=1, title="Migration run id", section="What to roll back",
+                                  description="The run id of the pulsar_tenant_migration run whose switch to undo "
+                                              "(e.g. manual__2026-11-23T08:00:00+00:00)."),
+        **dag_params.cluster_params(
+            source_help="The connection that migration run used for its source (the clients go back there).",
+            target_help="The connection that migration run used for its target."),
+        **dag_params.lookup_param("The lookup service connection that migration run used."),
+        **dag_params.dry_run_param(),
+    },
+    user_defined_macros=dag_support.macros(PROJECT_ROOT),
+    max_active_runs=1,
+):
+    spec = rollback_spec_task(PROJECT_ROOT)
+    step_tasks("rollback_lookup", PROJECT_ROOT, upstream=spec)
