@@ -36,7 +36,7 @@ Order (each phase timed in the report):
 
 A failure before the flip releases the hold with the route unchanged (rollback): clients reconnect to
 the source, which reloads its topics; the target is not live yet, so what the final delta wrote there is
-harmless. After the flip, switching back is `options.rollback` (not built yet: it needs the reverse copy).
+harmless. After the flip, switching back is the step rollback_lookup (switch.rollback: this cutover in reverse).
 """
 
 from __future__ import annotations
