@@ -5,6 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON_BIN=${PYTHON_BIN:-$(command -v python3.11 || command -v python3 || true)}
+# The UI's browser test drives Debian's chromium (Playwright without its own browser download).
+if [[ ! -x /usr/bin/chromium ]]; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "setup: installing Debian's chromium for the browser test" >&2
+    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null \
+      || echo "setup: chromium could not be installed; the browser test will fail" >&2
+  else
+    echo "setup: /usr/bin/chromium is missing (the browser test needs it); run: apt-get install -y chromium" >&2
+  fi
+fi
 stamp_id=$(cat requirements.txt requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 stamp=.venv/.installed-$stamp_id
 if [[ -f $stamp ]] && .venv/bin/python -m localdev.check_env; then

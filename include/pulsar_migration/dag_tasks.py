@@ -23,6 +23,7 @@ from airflow.sdk import BaseHook, TriggerRule, Variable, XComArg, get_current_co
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from pulsar_migration import dag_support, migration_report, rundir
+from pulsar_migration.airflow.hook import PulsarHook
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def render_spec_task(project_root: str | Path) -> XComArg:
         ctx = get_current_context()
         params = ctx["params"]
         try:
-            conns = [BaseHook.get_connection(params[p]) for p in CONN_PARAMS]
+            conns = [PulsarHook(params[p]).connection() for p in CONN_PARAMS]
             lookup = BaseHook.get_connection(params[LOOKUP_PARAM]) if params.get(LOOKUP_PARAM) else None
             document = dag_support.spec_document(params, *conns, lookup_conn=lookup, root=project_root)
         except (ValueError, AirflowNotFoundException) as exc:

@@ -1,0 +1,43 @@
+"""The `apache_airflow_provider` entry point of this distribution (pyproject.toml): it makes the **Pulsar**
+connection type appear in Airflow's connection form, with its own fields, and names its hook.
+
+Airflow 3.3 builds the form from this metadata only: `ui-field-behaviour` hides and relabels the standard
+fields, `conn-fields` adds fields stored in the connection's extra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONNECTION_TYPE = "pulsar"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "pulsar-migration",
+        "name": "Pulsar migration",
+        "description": "Apache Pulsar clusters as Airflow connections, for moving tenants between them.",
+        "versions": ["0.1.0"],
+        "connection-types": [{
+            "connection-type": CONNECTION_TYPE,
+            "hook-class-name": "pulsar_migration.airflow.hook.PulsarHook",
+            "hook-name": "Pulsar",
+            "ui-field-behaviour": {
+                "hidden-fields": ["login"],
+                "relabeling": {"host": "Admin host", "port": "Admin port", "schema": "Admin scheme (http/https)",
+                               "password": "Token"},
+                "placeholders": {"host": "broker.example.com", "port": "8080", "schema": "https",
+                                 "password": "a JWT for the cluster's superuser role (empty: no auth)",
+                                 "extra": '{"tls": {"trust_certs_file": "/etc/pulsar/ca.pem"}}'},
+            },
+            "conn-fields": {
+                "cluster_name": {"label": "Cluster name",
+                                 "description": "The cluster's name in Pulsar (clusterName of broker.conf).",
+                                 "schema": {"type": ["string", "null"]}},
+                "service_url": {"label": "Service URL",
+                                "description": "Binary protocol URL clients use, pulsar://host:6650 or "
+                                               "pulsar+ssl://host:6651.",
+                                "schema": {"type": ["string", "null"]}},
+            },
+        }],
+    }
