@@ -159,7 +159,8 @@ def test_token_pasted_into_token_env_is_rejected_without_echoing_it(spec_dict: d
 def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
-                             "delayed_delivery_horizon_s", "geo_timeout_s"}
+                             "delayed_delivery_horizon_s", "geo_timeout_s", "backfill_sink", "archive_path",
+                             "backfill_state_dir"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}
@@ -167,6 +168,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     assert (spec.proceed_on_conflict, spec.admin_concurrency) == (declared["proceed_on_conflict"]["default"],
                                                                  declared["admin_concurrency"]["default"])
     assert spec.admin_concurrency == 8
+    assert (spec.backfill_sink, spec.archive_path) == ("pulsar", None)
     for value in (1, 16, 64):
         spec_dict["options"] = {"proceed_on_conflict": True, "admin_concurrency": value}
         spec = MigrationSpec.from_dict(spec_dict)
