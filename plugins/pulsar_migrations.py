@@ -30,19 +30,21 @@ def _base() -> str:
          dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN,
                                                    param_dag_id=dag_support.MIGRATION_DAG_ID))])
 def runs() -> str:
-    return ui.runs_page(ui.list_runs(_base(), PROJECT_ROOT), PREFIX)
+    return ui.runs_page(ui.list_runs(_base(), PROJECT_ROOT))
 
 
 @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse,
          dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
-def report(dag_id: str, run_id: str) -> str:
+def report(dag_id: str, run_id: str) -> HTMLResponse:
     try:
         page = ui.report_page(_base(), dag_id, run_id, PROJECT_ROOT)
     except ui.UnsafeRunPath as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
-    if page is None:
-        raise HTTPException(status_code=404, detail=f"run {run_id} of {dag_id} has no migration report (yet)")
-    return page
+    if page is None:  # every DAG run has the tab: say so on the page rather than in JSON
+        return HTMLResponse(ui.message_page("Migration report", f"Run {run_id} of {dag_id} has no migration "
+                                            "report (yet): it is written by the last task of "
+                                            f"{dag_support.MIGRATION_DAG_ID}."), status_code=404)
+    return HTMLResponse(page)
 
 
 class PulsarMigrationsPlugin(AirflowPlugin):

@@ -9,6 +9,7 @@ PYTHON_BIN=${PYTHON_BIN:-$(command -v python3.11 || command -v python3 || true)}
 if [[ ! -x /usr/bin/chromium ]]; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     echo "setup: installing Debian's chromium for the browser test" >&2
+    export DEBIAN_FRONTEND=noninteractive
     { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null \
       || echo "setup: chromium could not be installed; the browser test will fail" >&2
   else

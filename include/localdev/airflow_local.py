@@ -95,6 +95,9 @@ def airflow_env(home: Path | None = None, *, port: int | None = None,
         # New DAG files show up within half a minute instead of five.
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+        # The connection form's Test button (PulsarHook.test_connection); off in Airflow by default, on here
+        # for the local admin (set it to Disabled in the environment to turn it off).
+        "AIRFLOW__CORE__TEST_CONNECTION": env.get("AIRFLOW__CORE__TEST_CONNECTION", "Enabled"),
         # spark-submit (pyspark's launcher) and the `python3` it starts for PySpark come from the venv.
         "PATH": path,
     })

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -267,6 +267,13 @@ class ClusterSpec:
     token_env: str | None = None
     tls: TlsSpec | None = None
 
+    @classmethod
+    def from_entry(cls, name: str, entry: Mapping[str, Any]) -> ClusterSpec:
+        """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env, tls)."""
+        tls = entry.get("tls")
+        return cls(name=name, admin_url=entry["admin_url"], service_url=entry["service_url"],
+                   token_env=entry.get("token_env"), tls=TlsSpec(**tls) if tls is not None else None)
+
     def token(self) -> str | None:
         """The token from the environment (None without auth); SpecError when the variable is unset."""
         if not self.token_env:
@@ -285,10 +292,11 @@ class ClusterSpec:
             if not os.access(path, os.R_OK):
                 raise SpecError(f"spec: {where} file {path} is not readable")
 
-    def admin(self, **kwargs: Any) -> PulsarAdmin:
-        """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries)."""
+    def admin(self, *, token: str | None = None, **kwargs: Any) -> PulsarAdmin:
+        """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries). `token` instead of
+        the one in the environment variable, for a caller that holds it (PulsarHook: the connection's)."""
         tls = self.tls.settings() if self.tls else None
-        return PulsarAdmin(self.admin_url, token=self.token(), tls=tls, name=self.name, **kwargs)
+        return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name, **kwargs)
 
     def pulsar_client(self, **kwargs: Any) -> pulsar.Client:
         """A pulsar.Client on service_url with this cluster's auth and TLS; kwargs go to pulsar.Client."""
@@ -416,7 +424,7 @@ class MigrationSpec:
         """Validates a parsed document (SpecError, one line) and builds the spec, defaults filled in."""
         _check_schema(data)
         d = copy.deepcopy(data)
-        clusters = {name: _cluster(name, c) for name, c in d["clusters"].items()}
+        clusters = {name: ClusterSpec.from_entry(name, c) for name, c in d["clusters"].items()}
         topics = d.get("topics") or {}
         lookup = d.get("lookup") or {}
         namespaces = d.get("namespaces")
@@ -488,17 +496,6 @@ class MigrationSpec:
 
 
 # -- validation ----------------------------------------------------------------------------------
-
-
-def _cluster(name: str, c: dict[str, Any]) -> ClusterSpec:
-    tls = c.get("tls")
-    return ClusterSpec(
-        name=name,
-        admin_url=c["admin_url"],
-        service_url=c["service_url"],
-        token_env=c.get("token_env"),
-        tls=TlsSpec(**tls) if tls is not None else None,
-    )
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

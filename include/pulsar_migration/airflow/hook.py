@@ -10,7 +10,10 @@ from airflow.sdk import BaseHook
 
 from pulsar_migration import dag_support
 from pulsar_migration.admin import AdminError, PulsarAdmin
-from pulsar_migration.spec import TlsSpec
+from pulsar_migration.spec import ClusterSpec
+
+# The form's Test button waits for the answer: fail fast instead of the steps' patient retries.
+TEST_TIMEOUT_S = 10.0
 
 
 class PulsarHook(BaseHook):
@@ -30,27 +33,27 @@ class PulsarHook(BaseHook):
         """`(cluster name, spec cluster entry)`; ValueError (one line) when the connection lacks a field."""
         return dag_support.cluster_from_connection(self.connection())
 
-    def admin(self) -> PulsarAdmin:
-        """An admin client with the connection's token (from the connection itself, in this process)."""
+    def admin(self, **kwargs: Any) -> PulsarAdmin:
+        """An admin client with the connection's token (read from the connection in this process, never from
+        the environment); kwargs go to PulsarAdmin (timeout_s, retries)."""
         conn = self.connection()
         name, entry = dag_support.cluster_from_connection(conn)
-        tls = TlsSpec(**entry["tls"]) if entry["tls"] else None
-        return PulsarAdmin(entry["admin_url"], token=conn.password or None, tls=tls.settings() if tls else None,
-                           name=name, timeout_s=10)
+        return ClusterSpec.from_entry(name, entry).admin(token=conn.password or None, **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:
-        """The cluster answers its admin API and knows the connection's cluster name."""
+        """The admin API answers `GET /admin/v2/clusters` and knows the connection's cluster name."""
         try:
-            name, _ = self.cluster()
-            admin = self.admin()
-        except ValueError as exc:
+            admin = self.admin(timeout_s=TEST_TIMEOUT_S, retries=0)
+        except ValueError as exc:  # names the connection and the missing field
             return False, str(exc)
+        except TypeError as exc:  # a `tls` object with unknown keys
+            return False, f"connection {self.pulsar_conn_id}: extra.tls: {exc}"
         try:
             clusters = admin.get("/clusters")
-        except (AdminError, OSError) as exc:
-            return False, f"{self.pulsar_conn_id}: {exc}"
+        except AdminError as exc:
+            return False, str(exc)
         finally:
             admin.close()
-        if name not in clusters:
-            return False, f"the cluster at {admin.admin_url} knows {', '.join(clusters)}, not {name}"
-        return True, f"{name} answers; its clusters: {', '.join(clusters)}"
+        if admin.name not in clusters:
+            return False, f"the cluster at {admin.admin_url} knows {', '.join(clusters)}, not {admin.name}"
+        return True, f"{admin.name} answers at {admin.admin_url}; its clusters: {', '.join(clusters)}"

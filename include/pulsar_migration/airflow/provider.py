@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+# Airflow refuses a provider whose package-name is not its distribution's canonical name (pyproject.toml).
+DISTRIBUTION = "pulsar-migration"
 CONNECTION_TYPE = "pulsar"
 
 
 def get_provider_info() -> dict[str, Any]:
     return {
-        "package-name": "pulsar-migration",
+        "package-name": DISTRIBUTION,
         "name": "Pulsar migration",
         "description": "Apache Pulsar clusters as Airflow connections, for moving tenants between them.",
-        "versions": ["0.1.0"],
         "connection-types": [{
             "connection-type": CONNECTION_TYPE,
             "hook-class-name": "pulsar_migration.airflow.hook.PulsarHook",
@@ -27,8 +28,7 @@ def get_provider_info() -> dict[str, Any]:
                 "relabeling": {"host": "Admin host", "port": "Admin port", "schema": "Admin scheme (http/https)",
                                "password": "Token"},
                 "placeholders": {"host": "broker.example.com", "port": "8080", "schema": "https",
-                                 "password": "a JWT for the cluster's superuser role (empty: no auth)",
-                                 "extra": '{"tls": {"trust_certs_file": "/etc/pulsar/ca.pem"}}'},
+                                 "password": "a JWT for the cluster's superuser role (empty: no auth)"},
             },
             "conn-fields": {
                 "cluster_name": {"label": "Cluster name",
@@ -38,6 +38,11 @@ def get_provider_info() -> dict[str, Any]:
                                 "description": "Binary protocol URL clients use, pulsar://host:6650 or "
                                                "pulsar+ssl://host:6651.",
                                 "schema": {"type": ["string", "null"]}},
+                "tls": {"label": "TLS",
+                        "description": 'For https/pulsar+ssl, e.g. {"trust_certs_file": "/etc/pulsar/ca.pem"}; keys: '
+                                       "trust_certs_file, allow_insecure, cert_file, key_file. Empty: no TLS "
+                                       "settings.",
+                        "schema": {"type": ["object", "null"]}},
             },
         }],
     }

@@ -61,23 +61,34 @@ def report_page(base: str, dag_id: str, run_id: str, root: str | Path | None = N
     return page.read_text() if page.is_file() else None
 
 
-def runs_page(runs: list[dict[str, Any]], prefix: str) -> str:
-    """The list of runs as a small HTML page linking each run's report."""
+def runs_page(runs: list[dict[str, Any]]) -> str:
+    """The list of runs as a small HTML page linking each run's report (relative links: the page is served at
+    the plugin's root, whatever path Airflow itself is served under)."""
     rows = []
     for run in runs:
-        link = f"{prefix}/runs/{quote(str(run['dag_id']), safe='')}/{quote(str(run['run_id']), safe='')}"
+        link = f"runs/{quote(str(run['dag_id']), safe='')}/{quote(str(run['run_id']), safe='')}"
         cells = [f'<a href="{html.escape(link)}">{html.escape(str(run["run_id"]))}</a>',
                  *(html.escape(str(run[k])) for k in ("tenant", "source", "target", "verdict", "lost", "duplicated"))]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body = "\n".join(rows) or '<tr><td colspan="7">No migration has written a report yet.</td></tr>'
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Pulsar migrations</title>
-<style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}</style></head>
-<body><h1>Pulsar migrations</h1>
-<table><thead><tr><th>run</th><th>tenant</th><th>source</th><th>target</th><th>verdict</th><th>lost</th>
-<th>duplicated</th></tr></thead>
+    return _page("Pulsar migrations", f"""<table><thead><tr><th>run</th><th>tenant</th><th>source</th><th>target</th>
+<th>verdict</th><th>lost</th><th>duplicated</th></tr></thead>
 <tbody>
 {body}
-</tbody></table></body></html>
+</tbody></table>""")
+
+
+def message_page(title: str, message: str) -> str:
+    """A page with one sentence, e.g. for a run that has no report (the run tab shows it in a frame)."""
+    return _page(title, f"<p>{html.escape(message)}</p>")
+
+
+def _page(title: str, body: str) -> str:
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}</style></head>
+<body><h1>{html.escape(title)}</h1>
+{body}
+</body></html>
 """
