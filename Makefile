@@ -13,7 +13,7 @@ pulsar-fetch: venv
 	$(PY) -m localdev.pulsar_local fetch
 
 clusters-up: venv
-	$(PY) -m localdev.pulsar_local start
+	$(PY) -m localdev.pulsar_local start $(if $(filter 1 yes true,$(AUTH)),--auth)
 
 clusters-down: venv
 	$(PY) -m localdev.pulsar_local stop

@@ -1,11 +1,16 @@
 """Starts, health-checks, registers and stops N local Pulsar standalone clusters.
 
-    python -m localdev.pulsar_local start [--clusters 2] [--fresh]
+    python -m localdev.pulsar_local start [--clusters 2] [--fresh] [--auth]
     python -m localdev.pulsar_local status | stop | fetch | logs NAME
 
 Cluster i (0-based) is `cluster-<letter>` with web port 8081+i and broker port 6651+i (8080 belongs
 to Airflow). Each has its own working, data and log directories under var/pulsar/<name>/, so the
 standalone starter never finds another instance's ZooKeeper dir and falls back to ZooKeeper mode.
+
+`--auth` (`make clusters-up AUTH=1`) starts them with token authentication and authorization on
+(localdev.pulsar_auth: key and tokens under var/auth/); a marker file in the cluster's directory records
+it, so the tools' own admin client sends the superuser token and a later start in the other mode refuses
+rather than mixing the two.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pulsar_migration.admin import PulsarAdmin
 
 from localdev.paths import var_dir
 from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group
+from localdev.pulsar_auth import SUPERUSER_ROLE, TOKEN_CLIENT_PLUGIN, AuthSetupError, LocalAuth
 from localdev.pulsar_dist import DistributionError, ensure_distribution
 
 log = logging.getLogger(__name__)
@@ -96,8 +102,23 @@ class LocalCluster:
     def pid_file(self) -> Path:
         return self.root / "broker.pid"
 
+    @property
+    def auth_marker(self) -> Path:
+        return self.root / "auth-enabled"
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.auth_marker.is_file()
+
+    def superuser_token(self) -> str | None:
+        """The token the tools use on this cluster (None when it runs without authentication)."""
+        if not self.auth_enabled:
+            return None
+        return (var_dir() / "auth" / f"{SUPERUSER_ROLE}.token").read_text().strip()
+
     def admin(self, timeout_s: float = 5.0) -> PulsarAdmin:
-        return PulsarAdmin(self.admin_url, timeout_s=timeout_s, retries=0, name=self.name)
+        return PulsarAdmin(self.admin_url, token=self.superuser_token(), timeout_s=timeout_s, retries=0,
+                           name=self.name)
 
 
 def local_clusters(count: int = DEFAULT_CLUSTER_COUNT) -> list[LocalCluster]:
@@ -126,13 +147,14 @@ def extra_overrides(cluster: LocalCluster) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def render_config(template: str, cluster: LocalCluster) -> str:
+def render_config(template: str, cluster: LocalCluster, auth: LocalAuth | None = None) -> str:
     """Sets this instance's keys in the distribution's standalone.conf (appending those it lacks)."""
     overrides = {
         **CONFIG_OVERRIDES,
         "clusterName": cluster.name,
         "brokerServicePort": str(cluster.broker_port),
         "webServicePort": str(cluster.web_port),
+        **(auth.broker_overrides() if auth else {}),
         **extra_overrides(cluster),
     }
     text = template
@@ -145,7 +167,7 @@ def render_config(template: str, cluster: LocalCluster) -> str:
 
 # -- lifecycle ---------------------------------------------------------------------------------------
 
-def _launch(cluster: LocalCluster, home: Path, fresh: bool) -> int:
+def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | None) -> int:
     for port in (cluster.web_port, cluster.broker_port):
         if port_in_use(port):
             raise LocalClusterError(
@@ -157,7 +179,11 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool) -> int:
     for d in (work, cluster.log_dir, cluster.root / "data"):
         d.mkdir(parents=True, exist_ok=True)
     conf = cluster.root / "standalone.conf"
-    conf.write_text(render_config((home / "conf" / "standalone.conf").read_text(), cluster))
+    conf.write_text(render_config((home / "conf" / "standalone.conf").read_text(), cluster, auth))
+    if auth:
+        cluster.auth_marker.write_text("token\n")
+    else:
+        cluster.auth_marker.unlink(missing_ok=True)
     env = {
         **os.environ,
         "PULSAR_STANDALONE_CONF": str(conf),
@@ -203,6 +229,16 @@ def _wait_healthy(clusters: list[LocalCluster], timeout_s: float) -> None:
             time.sleep(1.0)
 
 
+def registration(cluster: LocalCluster) -> dict[str, str]:
+    """How peers register `cluster`; an authenticated one with the superuser's token *file* (all local
+    clusters share one issuer), so no token is stored in any configuration store."""
+    data = {"serviceUrl": cluster.admin_url, "brokerServiceUrl": cluster.service_url}
+    if cluster.auth_enabled:
+        data["authenticationPlugin"] = TOKEN_CLIENT_PLUGIN
+        data["authenticationParameters"] = f"file://{var_dir() / 'auth' / f'{SUPERUSER_ROLE}.token'}"
+    return data
+
+
 def register_each_other(clusters: list[LocalCluster]) -> None:
     """Registers every cluster in every other one's configuration store (idempotent)."""
     for cluster in clusters:
@@ -210,19 +246,32 @@ def register_each_other(clusters: list[LocalCluster]) -> None:
         for other in clusters:
             if other == cluster:
                 continue
-            outcome = admin.upsert_cluster(
-                other.name, {"serviceUrl": other.admin_url, "brokerServiceUrl": other.service_url}
-            )
+            outcome = admin.upsert_cluster(other.name, registration(other))
             log.info("%s: cluster %s %s", cluster.name, other.name, outcome)
 
 
-def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False,
-          timeout_s: float = START_TIMEOUT_S) -> list[LocalCluster]:
-    """Starts the clusters not yet running, waits for health, registers them in each other."""
-    clusters = local_clusters(count)
+def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False, timeout_s: float = START_TIMEOUT_S,
+          auth: bool = False) -> list[LocalCluster]:
+    """Starts the first `count` clusters not yet running, waits for health, registers them in each other."""
+    return start_clusters(local_clusters(count), fresh=fresh, timeout_s=timeout_s, auth=auth)
+
+
+def start_clusters(clusters: list[LocalCluster], *, fresh: bool = False, timeout_s: float = START_TIMEOUT_S,
+                   auth: bool = False) -> list[LocalCluster]:
+    """Starts those of `clusters` not yet running (with token authentication when `auth`), waits for health,
+    registers them in each other. A cluster running in the other mode is an error, not silently reused."""
     home = None
+    local_auth = None
     launched: list[LocalCluster] = []
     for cluster in clusters:
+        running = _read_pid(cluster) is not None
+        if running and cluster.auth_enabled != auth:
+            mode = "with" if cluster.auth_enabled else "without"
+            raise LocalClusterError(f"{cluster.name} is running {mode} authentication; stop it first "
+                                    f"(make clusters-down) to start it {'with' if auth else 'without'}")
+        if auth and local_auth is None:
+            home = home or ensure_distribution()
+            local_auth = LocalAuth.default(home).ensure()
         if cluster.admin().healthy():
             log.info("%s: already running at %s", cluster.name, cluster.admin_url)
             continue
@@ -231,7 +280,7 @@ def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False,
             launched.append(cluster)
             continue
         home = home or ensure_distribution()
-        _launch(cluster, home, fresh)
+        _launch(cluster, home, fresh, local_auth)
         launched.append(cluster)
     try:
         _wait_healthy(launched, timeout_s)
@@ -284,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", nargs="?", help="cluster name for `logs`")
     parser.add_argument("--clusters", type=int, default=int(os.environ.get("PM_CLUSTERS", DEFAULT_CLUSTER_COUNT)))
     parser.add_argument("--fresh", action="store_true", help="wipe the clusters' data before starting")
+    parser.add_argument("--auth", action="store_true", default=os.environ.get("PM_AUTH", "") not in ("", "0"),
+                        help="token authentication and authorization on (keys and tokens in var/auth/)")
     parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -292,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             ensure_distribution()
         elif args.command == "start":
             started = time.monotonic()
-            start(args.clusters, fresh=args.fresh, timeout_s=args.timeout)
+            start(args.clusters, fresh=args.fresh, timeout_s=args.timeout, auth=args.auth)
             log.info("clusters healthy and registered in %.1fs", time.monotonic() - started)
         elif args.command == "stop":
             stop(args.clusters)
@@ -304,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.name not in by_name:
                 raise LocalClusterError(f"unknown cluster {args.name!r}; known: {', '.join(by_name)}")
             sys.stdout.write(log_tail(by_name[args.name], 200) + "\n")
-    except (LocalClusterError, DistributionError) as exc:
+    except (LocalClusterError, DistributionError, AuthSetupError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     return 0

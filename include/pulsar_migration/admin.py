@@ -36,6 +36,11 @@ class ClusterUnreachable(AdminError):
     """No HTTP answer from the admin URL (connection refused, DNS, timeout)."""
 
 
+class AuthRejected(AdminError):
+    """401 or 403: the cluster refused the credentials (missing, wrong or expired token; a role without the
+    permission). Retrying cannot help: a human must change the token or the role."""
+
+
 class NotFound(AdminError):
     """404 from the admin API."""
 
@@ -70,9 +75,12 @@ class PulsarAdmin:
         timeout_s: float = 30.0,
         retries: int = 4,
         name: str | None = None,
+        credential: str | None = None,
     ) -> None:
         self.admin_url = admin_url.rstrip("/")
         self.name = name or self.admin_url
+        # Where the token came from ("the token in $VAR"), for the one line an auth failure prints; never the token.
+        self.credential = credential or ("the token" if token else "no token")
         self.timeout_s = timeout_s
         self.retries = retries
         self._session = requests.Session()
@@ -127,6 +135,11 @@ class PulsarAdmin:
             ctype = resp.headers.get("Content-Type", "")
             return resp.json() if "json" in ctype or resp.content[:1] in (b"{", b"[") else resp.text
         reason = _reason(resp)
+        if resp.status_code in (401, 403):
+            why = ("the token is missing, wrong or expired" if resp.status_code == 401
+                   else "its role lacks the permission (the tools need a superuser role)")
+            raise AuthRejected(f"cluster {self.name}: HTTP {resp.status_code} on {method} {path} with "
+                               f"{self.credential}: {why}", resp.status_code, path)
         message = f"{method} {path} on {self.name} failed with HTTP {resp.status_code}: {reason}"
         if resp.status_code == 404:
             raise NotFound(message, 404, path)
@@ -161,6 +174,16 @@ class PulsarAdmin:
         return {k: v for k, v in resp.headers.items() if k.lower().startswith("x-pulsar-")}
 
     # -- clusters --------------------------------------------------------------------------------
+
+    def check_credentials(self) -> None:
+        """AuthRejected when the cluster refuses this client's credentials; anything else (even unreachable)
+        is left to the first real call, which reports it in its own words."""
+        try:
+            self.request("GET", "/clusters", retry=False)
+        except AuthRejected:
+            raise
+        except AdminError:
+            log.debug("credential check on %s inconclusive", self.name, exc_info=True)
 
     def healthy(self) -> bool:
         """True when the broker answers its health check (a round trip through its heartbeat topic)."""

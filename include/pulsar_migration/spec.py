@@ -296,7 +296,10 @@ class ClusterSpec:
         """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries). `token` instead of
         the one in the environment variable, for a caller that holds it (PulsarHook: the connection's)."""
         tls = self.tls.settings() if self.tls else None
-        return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name, **kwargs)
+        credential = "the given token" if token else (f"the token in {self.token_env}" if self.token_env
+                                                      else "no token (token_env is null)")
+        return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name,
+                           credential=credential, **kwargs)
 
     def pulsar_client(self, **kwargs: Any) -> pulsar.Client:
         """A pulsar.Client on service_url with this cluster's auth and TLS; kwargs go to pulsar.Client."""
@@ -416,6 +419,16 @@ class MigrationSpec:
             self.clusters[name].token()
             self.clusters[name].check_tls_files()
         self.lookup_token()
+
+    def check_credentials(self) -> None:
+        """AuthRejected (one line naming the cluster and the variable) when the source or target refuses the
+        credentials: checked before a step touches anything, so a bad token changes nothing anywhere."""
+        for name in dict.fromkeys([self.source, self.target]):
+            admin = self.clusters[name].admin(timeout_s=10.0, retries=0)
+            try:
+                admin.check_credentials()
+            finally:
+                admin.close()
 
     # -- (de)serialisation -----------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
     spark-submit spark_jobs/<step>.py --spec SPEC.json --run-dir RUN_DIR [--dry-run]
 
 Exit 0: the body returned and its verification held; the report says "ok" ("planned" for a dry run).
-Exit 2: the arguments or the spec are invalid, or a token variable is unset; nothing was done or written.
+Exit 2: the arguments or the spec are invalid, a token variable is unset, or a cluster refuses its token;
+nothing was done or written.
 Exit 1: the step failed; the report (verdict "failed") is still written when the run dir allows it.
 Failures end with exactly one line `error: ...` on stderr, after all other output of the runner.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import AdminError
+from pulsar_migration.admin import AdminError, AuthRejected
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec, SpecError
 
@@ -172,8 +173,11 @@ def _run(step: str, body: Callable[[StepContext], None], args: argparse.Namespac
     try:
         spec = MigrationSpec.load(args.spec, spark.for_uri(args.spec))
         spec.check_environment()
+        spec.check_credentials()
     except SpecError as exc:
         return BAD_INPUT_EXIT, f"error: {_one_line(str(exc))}"
+    except AuthRejected as exc:  # before the run dir or any cluster is touched
+        return BAD_INPUT_EXIT, f"error: {step}: {_one_line(str(exc))}"
 
     report = StepReport.start(step, spec, dry_run=args.dry_run)
     ctx = StepContext(step=step, spec=spec, run_dir=args.run_dir, dry_run=args.dry_run, args=args,
@@ -215,7 +219,7 @@ def _run_body(step: str, body: Callable[[StepContext], None], ctx: StepContext) 
         body(ctx)
         if ctx.report.verdict == "failed":
             raise StepFailed(ctx.report.error or "the step reported verdict 'failed'")
-    except (BadInput, SpecError) as exc:
+    except (BadInput, SpecError, AuthRejected) as exc:
         log.debug("%s refused its input", step, exc_info=True)
         return _one_line(str(exc) or type(exc).__name__), BAD_INPUT_EXIT
     except (StepFailed, AdminError) as exc:

@@ -322,6 +322,71 @@ def test_kill_mid_copy_then_rerun_loses_and_doubles_nothing(
         cleanup(tenant, admin_a, admin_b)
 
 
+def python_workers(session_leader: int) -> list[int]:
+    """The forked PySpark Python workers of a spark-submit process group (children of its pyspark.daemon)."""
+    children: dict[int, int] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getpgid(int(proc.name)) != session_leader:
+                continue
+            cmdline = (proc / "cmdline").read_bytes()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, ProcessLookupError):
+            continue
+        if b"pyspark.daemon" in cmdline:
+            children[int(proc.name)] = ppid
+    daemons = {pid for pid, ppid in children.items() if ppid not in children}
+    return [pid for pid, ppid in children.items() if ppid in daemons]
+
+
+def test_a_spark_task_killed_mid_copy_is_retried_by_spark_and_the_run_is_exact(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the Python worker that runs a partition's copy (not the job): Spark (local[2,4], up to 4
+    attempts per task) retries the task, the retry resumes from what the target holds, and the same run
+    ends ok with every message once and the position map complete."""
+    tenant = unique("it-copy-retry")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    total = 60_000
+    produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        with (tmp_path / "spark.log").open("w") as log_file:
+            proc = spark_submit(STEP, spec, tmp_path / "run", master="local[2,4]", stdout=log_file,
+                                stderr=subprocess.STDOUT)
+            killed: list[int] = []
+            try:
+                deadline = time.monotonic() + 180
+                while proc.poll() is None and time.monotonic() < deadline and not killed:
+                    if admin_b.get(f"/persistent/{tenant}/ns/t/partitioned-stats")["msgInCounter"] >= 3000:
+                        for pid in python_workers(proc.pid)[:1]:
+                            os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+                    time.sleep(0.05)
+                assert proc.wait(timeout=240) == 0
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=60)
+        spark_log = (tmp_path / "spark.log").read_text()
+        assert killed, "no Python worker was found mid-copy"
+        assert "Lost task" in spark_log and "Python worker exited unexpectedly" in spark_log, spark_log[-3000:]
+        rep = report(tmp_path / "run")
+        assert rep["verdict"] == "ok" and rep["counts"]["partitions_failed"] == 0
+        assert rep["counts"]["mapped_entries"] == total
+        assert rep["hashes"]["source"] == rep["hashes"]["target"]
+        for topic in partitions(tenant, {"ns/t": 2}):
+            source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+            assert content(target) == content(source), topic
+            assert shape(target) == shape(source), topic
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
 def test_source_topic_deleted_mid_copy_fails_with_one_line(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -4,7 +4,8 @@ owns the tenant, and a token-protected admin API for routes and holds.
 Client endpoints (an `http://` service URL makes C++, Python and Java clients use these, FACTS.md):
 `GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}`, `GET /admin/v2/{domain}/{tenant}/{ns}/{topic}/partitions`,
 `GET /admin/v2/namespaces/{tenant}/{ns}/topics`, `GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema[/{v}]`.
-Each is forwarded to the owning cluster's HTTP URL; redirects (to the owner broker) are followed here, since
+Each is forwarded to the owning cluster's HTTP URL, with the client's own `Authorization` header when it sent
+one (else the service's token for that cluster, if configured); redirects (to the owner broker) are followed here, since
 clients do not carry credentials across hosts; a 200 lookup answer always carries `brokerUrl` and
 `brokerUrlTls`, so the data connection goes straight to the brokers.
 
@@ -160,8 +161,13 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         if request.url.query:
             url += "?" + request.url.query
         headers = {"Accept": "application/json"}
+        # The client's own credentials, when it sent any: the cluster then authorizes the lookup as that
+        # role, so routing through this service never widens what a client may see. The service's token
+        # for the cluster serves clients that send none.
         token = cluster.token()
-        if token:
+        if request.headers.get("authorization"):
+            headers["Authorization"] = request.headers["authorization"]
+        elif token:
             headers["Authorization"] = f"Bearer {token}"
         try:
             resp = await request.app.state.http.get(url, headers=headers)

@@ -1,0 +1,284 @@
+"""A whole migration between two clusters that require tokens (token authentication and authorization on,
+keys and tokens made by the distribution's `bin/pulsar tokens`): the migration DAG with the tokens only in
+Airflow connections, clients of the tenant's own role before and after, the lookup service in between, and
+the distribution's `bin/pulsar-admin` as an outside judge. Then bad credentials, step by step.
+
+The pair is cluster-d and cluster-e (ports 8084/8085, 6654/6655), started here with auth and stopped after,
+so the open pair the other tests use is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from localdev import pulsar_local
+from localdev.demo_tenant import build_rich_tenant
+from localdev.pulsar_auth import SUPERUSER_ROLE, TENANT_ADMIN_ROLE, LocalAuth
+from localdev.pulsar_dist import ensure_distribution
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import AuthRejected, PulsarAdmin
+from pulsar_migration.dag_support import run_dir
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
+
+from tests.conftest import unique
+from tests.dags.conftest import AirflowTestDb
+from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
+from tests.integration.lookup_helpers import start_service
+from tests.integration.tenant_builders import write_spec
+
+DAG_ID = "pulsar_tenant_migration"
+TOPIC, SUBSCRIPTION = "billing/invoices", "invoicer"  # 8 partitions, no schema (build_rich_tenant)
+MESSAGES = 400
+
+
+@pytest.fixture(scope="module")
+def auth() -> LocalAuth:
+    return LocalAuth.default(ensure_distribution()).ensure()
+
+
+@pytest.fixture(scope="module")
+def auth_pair(auth: LocalAuth) -> Iterator[tuple[LocalCluster, LocalCluster]]:
+    pair = [LocalCluster(3), LocalCluster(4)]
+    pulsar_local.stop_clusters(pair)
+    for cluster in pair:
+        shutil.rmtree(cluster.root, ignore_errors=True)
+    pulsar_local.start_clusters(pair, auth=True)
+    yield pair[0], pair[1]
+    pulsar_local.stop_clusters(pair)
+    for cluster in pair:
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def role_client(cluster: LocalCluster | str, token: str) -> pulsar.Client:
+    url = cluster if isinstance(cluster, str) else cluster.service_url
+    return pulsar.Client(url, authentication=pulsar.AuthenticationToken(token), operation_timeout_seconds=15,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+
+
+def receive_all(consumer: pulsar.Consumer, first_ms: int = 3_000) -> list[pulsar.Message]:
+    out, wait = [], first_ms
+    while True:
+        try:
+            out.append(consumer.receive(wait))
+        except pulsar.Timeout:
+            return out
+        wait = 1_000
+
+
+class CmdlineWatch:
+    """Reads every process's argument list (/proc/*/cmdline) while it runs, noting any that holds a secret."""
+
+    def __init__(self, secrets: dict[str, str]) -> None:
+        self.secrets = {name: value.encode() for name, value in secrets.items()}
+        self.hits: list[str] = []
+        self.scans = 0
+        self.spark_seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CmdlineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    cmdline = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"spark_jobs/" in cmdline:
+                    self.spark_seen += 1
+                for name, secret in self.secrets.items():
+                    if secret in cmdline:
+                        self.hits.append(f"{name} in the arguments of pid {proc.name}")
+            self.scans += 1
+            self._stop.wait(0.1)
+
+
+def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
+    airflow_db: AirflowTestDb, auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth,
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    source, target = auth_pair
+    superuser, tenant_admin = auth.token(SUPERUSER_ROLE), auth.token(TENANT_ADMIN_ROLE)
+    admin_d, admin_e = source.admin(timeout_s=30), target.admin(timeout_s=30)
+    # Authentication is really on: no token, no answer.
+    with pytest.raises(AuthRejected, match="cluster-d: HTTP 401 on GET /tenants with no token"):
+        PulsarAdmin(source.admin_url, name=source.name).get("/tenants")
+
+    tenant = unique("auth-mig")
+    build_rich_tenant(admin_d, tenant, [source.name])
+    topic = f"persistent://{tenant}/{TOPIC}"
+    # The tenant's own role (an admin role of the tenant, not a superuser) produces and acks half.
+    c = role_client(source, tenant_admin)
+    try:
+        producer = c.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+        for i in range(MESSAGES):
+            producer.send_async(f"m-{i}".encode(), None, partition_key=f"k{i % 13}")
+        producer.flush()
+        consumer = c.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared)
+        acked = set()
+        for m in receive_all(consumer):
+            if int(m.data().decode().split("-")[1]) % 2 == 0:
+                consumer.acknowledge(m)
+                acked.add(m.data())
+        consumer.close()
+    finally:
+        c.close()
+    expected = Counter(f"m-{i}".encode() for i in range(MESSAGES)) - Counter(acked)
+    assert len(acked) == MESSAGES // 2
+
+    # The lookup service routes the tenant's clients and forwards their own token; it holds none for the clusters.
+    lookup = start_service(tmp_path, [source, target], source)
+    for conn_id, cluster in (("pm_auth_source", source), ("pm_auth_target", target)):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
+            "conn_type": "pulsar", "host": "127.0.0.1", "port": cluster.web_port, "schema": "http",
+            "password": superuser, "extra": {"cluster_name": cluster.name, "service_url": cluster.service_url}}))
+    monkeypatch.setenv("AIRFLOW_CONN_PM_AUTH_LOOKUP", json.dumps({
+        "conn_type": "http", "host": "127.0.0.1", "port": lookup.port, "schema": "http", "password": LOOKUP_TOKEN}))
+    secrets = {"superuser token": superuser, "tenant-admin token": tenant_admin, "lookup token": LOOKUP_TOKEN}
+    try:
+        with CmdlineWatch(secrets) as watch:
+            dag_run, states = run_dag(DAG_ID, run_conf={
+                "tenant": tenant, "source_conn": "pm_auth_source", "target_conn": "pm_auth_target",
+                "lookup_conn": "pm_auth_lookup", "confirm_cleanup": True, "delete_tenant": True})
+        assert dag_run.state == "success", states
+        assert watch.spark_seen > 0 and watch.scans > 100  # it watched while the Spark jobs ran
+        assert watch.hits == []
+
+        assert lookup.api("GET", f"/routes/{tenant}").json()["cluster"] == target.name
+        assert tenant not in admin_d.get("/tenants")  # cleanup confirmed: the source's copy is gone
+        assert admin_e.get(f"/tenants/{tenant}")["adminRoles"] == [TENANT_ADMIN_ROLE]
+        progressed = xcom(dag_run, "publish_sync_progress_report")
+        assert progressed["counts"]["lost"] == 0 == progressed["counts"]["duplicated"]
+
+        # The tenant's role, on the target, through the lookup service: exactly the unacked half, once each.
+        c = role_client(f"http://127.0.0.1:{lookup.port}", tenant_admin)
+        try:
+            consumer = c.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared)
+            assert Counter(m.data() for m in receive_all(consumer)) == expected
+            consumer.close()
+            c.create_producer(f"persistent://{tenant}/billing/ledger").send(b"after-the-move")
+        finally:
+            c.close()
+        assert admin_e.get(f"/persistent/{tenant}/billing/ledger/stats")["msgInCounter"] >= 1
+
+        # The distribution's own admin tool, its token read from a file named in PULSAR_CLIENT_CONF.
+        listed = pulsar_admin(auth, target, SUPERUSER_ROLE, "topics", "list-partitioned-topics", f"{tenant}/billing")
+        assert listed.returncode == 0 and f"persistent://{tenant}/billing/invoices" in listed.stdout
+
+        # No token anywhere it could be read back: spec, reports, XComs, rendered fields, output, task logs.
+        rdir = Path(run_dir(str(airflow_db.runs_dir), DAG_ID, dag_run.run_id))
+        out, err = capfd.readouterr()
+        places: dict[str, str] = {"output": out + err, "lookup service output": lookup.stop()}
+        for path in [*rdir.rglob("*.json"), *rdir.rglob("*.md"), *rdir.rglob("*.html"),
+                     *(airflow_db.home / "logs").rglob("*")]:
+            if path.is_file():
+                places[str(path)] = path.read_text(errors="replace")
+        for task in ("render_spec", "sync_metadata", "replicate_topics", "sync_progress", "switch_lookup",
+                     "cleanup_source", "write_migration_report"):
+            places[f"xcom of {task}"] = json.dumps(xcom(dag_run, task), default=str)
+            places[f"rendered fields of {task}"] = json.dumps(rendered_fields(dag_run, task), default=str)
+        for admin, other in ((admin_d, target), (admin_e, source)):
+            places[f"registration of {other.name}"] = json.dumps(admin.get(f"/clusters/{other.name}"))
+        assert len(places) > 20
+        for where, text in places.items():
+            for name, secret in secrets.items():
+                assert secret not in text, f"{name} leaked into {where}"
+    finally:
+        if lookup.proc is not None and lookup.proc.poll() is None:
+            lookup.stop()
+        for admin in (admin_d, admin_e):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+
+
+def pulsar_admin(auth: LocalAuth, cluster: LocalCluster, role: str | None, *args: str
+                 ) -> subprocess.CompletedProcess[str]:
+    conf = auth.client_conf(role, cluster.admin_url, cluster.service_url) if role else None
+    env = {**os.environ, "PULSAR_MEM": "-Xms64m -Xmx256m"}
+    if conf:
+        env["PULSAR_CLIENT_CONF"] = str(conf)
+    cmd = [str(auth.pulsar_home / "bin" / "pulsar-admin"), "--admin-url", cluster.admin_url, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+@pytest.fixture
+def bad_token_spec(auth_pair: tuple[LocalCluster, LocalCluster], tmp_path: Path,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    source, target = auth_pair
+    tenant = unique("auth-bad")
+    admin_d = source.admin(timeout_s=30)
+    admin_d.put(f"/tenants/{tenant}", {"adminRoles": [TENANT_ADMIN_ROLE], "allowedClusters": [source.name]})
+    admin_d.put(f"/namespaces/{tenant}/ns")
+    admin_d.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    spec = write_spec(tmp_path / "spec.json", tenant, source, target)
+    document = json.loads(spec.read_text())
+    document["clusters"][source.name]["token_env"] = "PM_T_SOURCE"
+    document["clusters"][target.name]["token_env"] = "PM_T_TARGET"
+    spec.write_text(json.dumps(document))
+    try:
+        yield tenant, spec
+    finally:
+        admin_d.delete(f"/tenants/{tenant}", params={"force": "true"})
+
+
+@pytest.mark.parametrize("case", ["expired target token", "garbage source token", "tenant role as target"])
+def test_a_refused_token_is_one_line_naming_the_cluster_and_nothing_is_written(
+    case: str, bad_token_spec: tuple[str, Path], auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth,
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    tenant, spec = bad_token_spec
+    source, target = auth_pair
+    good = auth.token(SUPERUSER_ROLE)
+    if case == "expired target token":
+        bad = auth.create_token(SUPERUSER_ROLE, expiry="1s")
+        time.sleep(2.5)
+        tokens, cluster, variable, status = {"PM_T_SOURCE": good, "PM_T_TARGET": bad}, target, "PM_T_TARGET", 401
+    elif case == "garbage source token":
+        bad = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJub2JvZHkifQ.c2lnbmF0dXJl"
+        tokens, cluster, variable, status = {"PM_T_SOURCE": bad, "PM_T_TARGET": good}, source, "PM_T_SOURCE", 401
+    else:
+        bad = auth.token(TENANT_ADMIN_ROLE)
+        tokens, cluster, variable, status = {"PM_T_SOURCE": good, "PM_T_TARGET": bad}, target, "PM_T_TARGET", 403
+    for name, value in tokens.items():
+        monkeypatch.setenv(name, value)
+    capfd.readouterr()
+
+    code = run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")])
+
+    out, err = capfd.readouterr()
+    assert code == BAD_INPUT_EXIT
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert cluster.name in errors[0] and variable in errors[0] and f"HTTP {status}" in errors[0], errors[0]
+    assert bad not in out + err and good not in out + err
+    assert not (tmp_path / "run").exists()  # refused before the run dir, let alone a cluster, was touched
+    assert tenant not in target.admin(timeout_s=30).get("/tenants")
+
+
+def test_pulsar_admin_without_a_token_is_refused(auth_pair: tuple[LocalCluster, LocalCluster],
+                                                 auth: LocalAuth) -> None:
+    """The outside judge agrees that authentication is on and that the local superuser token opens it."""
+    source, _ = auth_pair
+    anonymous = pulsar_admin(auth, source, None, "tenants", "list")
+    assert anonymous.returncode != 0 and "401" in (anonymous.stdout + anonymous.stderr)
+    tools = pulsar_admin(auth, source, SUPERUSER_ROLE, "tenants", "list")
+    assert tools.returncode == 0 and "public" in tools.stdout.split()
