@@ -136,8 +136,11 @@ class PulsarAdmin:
             return resp.json() if "json" in ctype or resp.content[:1] in (b"{", b"[") else resp.text
         reason = _reason(resp)
         if resp.status_code in (401, 403):
-            why = ("the token is missing, wrong or expired" if resp.status_code == 401
-                   else "its role lacks the permission (the tools need a superuser role)")
+            # Pulsar answers 401 both when it cannot authenticate the token (an HTML error page) and when the
+            # role may not do the call (JSON "Unauthorized to ..."): only the body tells them apart.
+            not_permitted = resp.status_code == 403 or reason.startswith("Unauthorized to")
+            why = ("its role lacks the permission (the tools need a superuser role)" if not_permitted
+                   else "the token is missing, wrong or expired")
             raise AuthRejected(f"cluster {self.name}: HTTP {resp.status_code} on {method} {path} with "
                                f"{self.credential}: {why}", resp.status_code, path)
         message = f"{method} {path} on {self.name} failed with HTTP {resp.status_code}: {reason}"
@@ -179,7 +182,7 @@ class PulsarAdmin:
         """AuthRejected when the cluster refuses this client's credentials; anything else (even unreachable)
         is left to the first real call, which reports it in its own words."""
         try:
-            self.request("GET", "/clusters", retry=False)
+            self.request("GET", "/tenants", retry=False)  # read-only, and only a superuser may
         except AuthRejected:
             raise
         except AdminError:
