@@ -323,25 +323,28 @@ def test_kill_mid_copy_then_rerun_loses_and_doubles_nothing(
 
 
 def python_workers(session_leader: int) -> list[int]:
-    """The forked PySpark Python workers of a spark-submit process group (children of its pyspark.daemon)."""
-    children: dict[int, int] = {}
+    """The forked PySpark Python workers of a spark-submit process group: children of the pyspark.daemon
+    that the group's JVM started (the daemon moves itself into a process group of its own)."""
+    daemons: dict[int, int] = {}  # pid -> parent pid
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if os.getpgid(int(proc.name)) != session_leader:
-                continue
-            cmdline = (proc / "cmdline").read_bytes()
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, ProcessLookupError):
+            if b"pyspark.daemon" in (proc / "cmdline").read_bytes():
+                daemons[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
             continue
-        if b"pyspark.daemon" in cmdline:
-            children[int(proc.name)] = ppid
-    daemons = {pid for pid, ppid in children.items() if ppid not in children}
-    return [pid for pid, ppid in children.items() if ppid in daemons]
+    managers = set()
+    for pid, ppid in daemons.items():
+        try:
+            if os.getpgid(ppid) == session_leader:
+                managers.add(pid)
+        except ProcessLookupError:
+            continue
+    return [pid for pid, ppid in daemons.items() if ppid in managers]
 
 
 def test_a_spark_task_killed_mid_copy_is_retried_by_spark_and_the_run_is_exact(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
-    tmp_path: Path,
+    spark: SparkSession, tmp_path: Path,
 ) -> None:
     """SIGKILL of the Python worker that runs a partition's copy (not the job): Spark (local[2,4], up to 4
     attempts per task) retries the task, the retry resumes from what the target holds, and the same run
@@ -350,7 +353,7 @@ def test_a_spark_task_killed_mid_copy_is_retried_by_spark_and_the_run_is_exact(
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
     admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
-    total = 60_000
+    total = 30_000
     produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
     try:
