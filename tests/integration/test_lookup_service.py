@@ -79,6 +79,34 @@ def test_admin_api_refuses_missing_or_wrong_tokens_and_changes_nothing(service: 
     assert "pulsar_lookup_unauthorized_total 9" in metrics
 
 
+def test_oversized_bodies_and_bad_tenant_names_are_refused_and_change_nothing(service: LookupProcess,
+                                                                             tenant: str) -> None:
+    huge = {"cluster": "cluster-b", "reason": "x" * (2 << 20)}  # 2 MiB
+    declared = service.api("PUT", f"/routes/{tenant}", json=huge)
+    assert declared.status_code == 413 and "larger than 65536 bytes" in declared.json()["reason"]
+
+    def chunks() -> Iterator[bytes]:  # streamed without a Content-Length
+        yield b'{"cluster": "cluster-b", "reason": "'
+        for _ in range(64):
+            yield b"y" * 4096
+        yield b'"}'
+
+    streamed = httpx.put(f"{service.url}/api/v1/routes/{tenant}", content=chunks(), timeout=30,
+                         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert streamed.status_code == 413
+    assert service.api("PUT", f"/routes/{tenant}", json={"cluster": "cluster-b", "reason": "r" * 1001}
+                       ).status_code == 422  # the reason's own bound
+    for bad in ("a b", "x" * 256, "t%2Fns"):
+        assert service.api("PUT", f"/routes/{bad}", json={"cluster": "cluster-b"}).status_code in (400, 404), bad
+        assert service.api("POST", f"/routes/{bad}/hold", json={}).status_code in (400, 404), bad
+    assert service.api("PUT", "/routes/a%20b", json={"cluster": "cluster-b"}).json()["detail"].startswith(
+        "tenant must be a Pulsar tenant name")
+    assert all(r["tenant"] != tenant for r in service.api("GET", "/routes").json()["routes"])
+    route = service.api("GET", f"/routes/{tenant}").json()
+    assert route["default"] is True and route["held"] is False
+    assert service.api("GET", f"/routes/{tenant}/history").json()["events"] == []
+
+
 def test_unknown_tenant_goes_to_the_default_and_a_route_moves_clients(
         service: LookupProcess, tenant: str, cluster_a: LocalCluster, cluster_b: LocalCluster) -> None:
     topic = f"persistent://{tenant}/ns/plain"

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,6 +49,58 @@ DOMAINS = ("persistent", "non-persistent")
 TRANSIENT_STATUS = frozenset({500, 502, 503})
 TRANSIENT_RETRY_FIRST_S = 0.025
 TRANSIENT_RETRY_MAX_S = 0.4
+# The admin API's bodies are a few hundred bytes; anything far larger is a mistake or an attack, refused
+# (413) before it is read into memory.
+MAX_BODY_BYTES = 64 * 1024
+# Pulsar's own rule for tenant names (NamedEntity), with a length bound for routes the service stores.
+TENANT_NAME = re.compile(r"[-=:.\w]{1,255}")
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request whose body (declared or streamed) exceeds `limit` bytes."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        if declared is not None or scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)  # a declared length within the limit is enforced by the server
+            return
+        # A streamed body: read it here, up to the limit (bodies are small), then hand it on whole.
+        chunks, seen, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.limit:
+                await self._refuse(send)
+                return
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps({"reason": f"request body larger than {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class RouteChange(BaseModel):
@@ -136,6 +190,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
 
     app = FastAPI(title="Pulsar tenant lookup service", lifespan=lifespan, docs_url="/api/docs",
                   openapi_url="/api/openapi.json")
+    app.add_middleware(BodyLimit)
 
     def router_of(request: Request) -> Router:
         return request.app.state.router
@@ -146,6 +201,9 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), admin_token.encode()):
             metrics.unauthorized_total += 1
             raise HTTPException(401, "missing or wrong admin token", headers={"WWW-Authenticate": "Bearer"})
+        tenant = request.path_params.get("tenant")
+        if tenant is not None and not TENANT_NAME.fullmatch(tenant):
+            raise HTTPException(400, "tenant must be a Pulsar tenant name: 1-255 of letters, digits, - = : . _")
 
     # -- what clients ask ------------------------------------------------------------------------
 
