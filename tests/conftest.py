@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The project's Spark settings (conf/spark) for in-process sessions and spark-submits, also under a bare pytest.
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] / "conf" / "spark"))
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:

@@ -70,6 +70,7 @@ def airflow_env(home: Path | None = None, *, port: int | None = None,
     home = Path(home or airflow_home()).resolve()
     port = port or api_port()
     env = dict(os.environ if base is None else base)
+    env.setdefault("SPARK_CONF_DIR", str(PROJECT_ROOT / "conf" / "spark"))  # the tasks' spark-submits
     parallelism = env.get("PM_AIRFLOW_PARALLELISM", "2")
     path = env.get("PATH", "")
     if str(venv_bin()) not in path.split(os.pathsep):

@@ -36,7 +36,7 @@ from tests.dags.conftest import AirflowTestDb
 from tests.dags.dag_runs import rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import start_service
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import snapshot, write_spec
 
 DAG_ID = "pulsar_tenant_migration"
 TOPIC, SUBSCRIPTION = "billing/invoices", "invoicer"  # 8 partitions, no schema (build_rich_tenant)
@@ -138,7 +138,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
         PulsarAdmin(source.admin_url, name=source.name).get("/tenants")
 
     tenant = unique("auth-mig")
-    build_rich_tenant(admin_d, tenant, [source.name])
+    built = build_rich_tenant(admin_d, tenant, [source.name])
     topic = f"persistent://{tenant}/{TOPIC}"
     # The tenant's own role (an admin role of the tenant, not a superuser) produces and acks half.
     c = role_client(source, tenant_admin)
@@ -161,6 +161,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
     expected = Counter(f"m-{i}".encode() for i in range(MESSAGES)) - Counter(acked)
     assert len(acked) == MESSAGES // 2
     assert drain(source, topic, tenant_admin) == expected  # what the source's subscription delivers (no acks)
+    before = snapshot(admin_d, tenant)  # the source is deleted at the end (confirmed cleanup)
 
     # The lookup service routes the tenant's clients and forwards their own token; it holds none for the clusters.
     lookup = start_service(tmp_path, [source, target], source)
@@ -177,12 +178,22 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
                 "tenant": tenant, "source_conn": "pm_auth_source", "target_conn": "pm_auth_target",
                 "lookup_conn": "pm_auth_lookup", "confirm_cleanup": True, "delete_tenant": True})
         assert dag_run.state == "success", states
+        assert set(states.values()) == {"success"} and len(states) == 12, states
         assert watch.spark_seen > 0 and watch.scans > 100  # it watched while the Spark jobs ran
         assert watch.hits == []
 
         assert lookup.api("GET", f"/routes/{tenant}").json()["cluster"] == target.name
         assert tenant not in admin_d.get("/tenants")  # cleanup confirmed: the source's copy is gone
         assert admin_e.get(f"/tenants/{tenant}")["adminRoles"] == [TENANT_ADMIN_ROLE]
+        # Every policy, topic, subscription, grant and schema as on the source; replicate_topics turns
+        # deduplication on for the target's namespaces (exactly-once copies and client re-sends).
+        after = snapshot(admin_e, tenant)
+        for ns in after["namespaces"]:
+            assert after["namespaces"][ns]["policies"].pop("deduplicationEnabled") is True
+            before["namespaces"][ns]["policies"].pop("deduplicationEnabled")
+        assert after == before and sorted(after["namespaces"]) == built["namespaces"]
+        written = xcom(dag_run, "write_migration_report")
+        assert written["verdict"] == "ok" and (written["lost"], written["duplicated"]) == (0, 0)
         progressed = xcom(dag_run, "publish_sync_progress_report")
         assert progressed["counts"]["lost"] == 0 == progressed["counts"]["duplicated"]
 
