@@ -32,6 +32,15 @@ class AuthSetupError(RuntimeError):
     """The key or a token could not be made."""
 
 
+def auth_dir() -> Path:
+    return var_dir() / "auth"
+
+
+def token_file(role: str, root: Path | None = None) -> Path:
+    """Where the local issuer keeps `role`'s token (under `root`, by default var/auth/)."""
+    return (root or auth_dir()) / f"{role}.token"
+
+
 @dataclass(frozen=True)
 class LocalAuth:
     """The local token issuer: where its key and tokens live, and the distribution that makes them."""
@@ -41,14 +50,14 @@ class LocalAuth:
 
     @classmethod
     def default(cls, pulsar_home: Path) -> LocalAuth:
-        return cls(pulsar_home, var_dir() / "auth")
+        return cls(pulsar_home, auth_dir())
 
     @property
     def secret_key(self) -> Path:
         return self.root / "secret.key"
 
     def token_file(self, role: str) -> Path:
-        return self.root / f"{role}.token"
+        return token_file(role, self.root)
 
     def token(self, role: str) -> str:
         """The role's token, made on first use."""

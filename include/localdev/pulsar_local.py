@@ -32,7 +32,7 @@ from pulsar_migration.admin import PulsarAdmin
 
 from localdev.paths import var_dir
 from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group
-from localdev.pulsar_auth import SUPERUSER_ROLE, TOKEN_CLIENT_PLUGIN, AuthSetupError, LocalAuth
+from localdev.pulsar_auth import SUPERUSER_ROLE, TOKEN_CLIENT_PLUGIN, AuthSetupError, LocalAuth, token_file
 from localdev.pulsar_dist import DistributionError, ensure_distribution
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class LocalCluster:
         """The token the tools use on this cluster (None when it runs without authentication)."""
         if not self.auth_enabled:
             return None
-        return (var_dir() / "auth" / f"{SUPERUSER_ROLE}.token").read_text().strip()
+        return token_file(SUPERUSER_ROLE).read_text().strip()
 
     def admin(self, timeout_s: float = 5.0) -> PulsarAdmin:
         return PulsarAdmin(self.admin_url, token=self.superuser_token(), timeout_s=timeout_s, retries=0,
@@ -235,7 +235,7 @@ def registration(cluster: LocalCluster) -> dict[str, str]:
     data = {"serviceUrl": cluster.admin_url, "brokerServiceUrl": cluster.service_url}
     if cluster.auth_enabled:
         data["authenticationPlugin"] = TOKEN_CLIENT_PLUGIN
-        data["authenticationParameters"] = f"file://{var_dir() / 'auth' / f'{SUPERUSER_ROLE}.token'}"
+        data["authenticationParameters"] = f"file://{token_file(SUPERUSER_ROLE)}"
     return data
 
 

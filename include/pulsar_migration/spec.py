@@ -301,8 +301,9 @@ class ClusterSpec:
         return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name,
                            credential=credential, **kwargs)
 
-    def pulsar_client(self, **kwargs: Any) -> pulsar.Client:
-        """A pulsar.Client on service_url with this cluster's auth and TLS; kwargs go to pulsar.Client."""
+    def pulsar_client(self, url: str | None = None, **kwargs: Any) -> pulsar.Client:
+        """A pulsar.Client on service_url (or `url`, e.g. the lookup service in front of this cluster) with this
+        cluster's auth and TLS; kwargs go to pulsar.Client."""
         import pulsar  # deferred: the C++ client is only needed by steps that move messages
 
         token = self.token()
@@ -319,7 +320,7 @@ class ClusterSpec:
                 kwargs.setdefault("tls_certificate_file_path", self.tls.cert_file)
             if self.tls.key_file:
                 kwargs.setdefault("tls_private_key_file_path", self.tls.key_file)
-        return pulsar.Client(self.service_url, **kwargs)
+        return pulsar.Client(url or self.service_url, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"admin_url": self.admin_url, "service_url": self.service_url, "token_env": self.token_env,

@@ -276,20 +276,28 @@ def test_topic_missing_on_target_fails_clearly(cluster_a: LocalCluster, cluster_
         cleanup(tenant, admin_a, admin_b)
 
 
+def slow_copy_source(cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
+                     prefix: str, total: int) -> tuple[str, Path]:
+    """A tenant whose 2-partition topic holds `total` unbatched keyed messages, its metadata already on the
+    target, and a spec that copies slowly (SLOW_COPY): long enough to be interrupted mid-copy."""
+    tenant = unique(prefix)
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+    return tenant, spec
+
+
 def test_kill_mid_copy_then_rerun_loses_and_doubles_nothing(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,
 ) -> None:
     """SIGKILL of spark-submit's process group while messages are being sent; the re-run finishes exactly."""
-    tenant = unique("it-copy-kill")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
-    admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
     total = 60_000
-    produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
+    tenant, spec = slow_copy_source(cluster_a, cluster_b, admin_a, tmp_path, "it-copy-kill", total)
     try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         proc = spark_submit(STEP, spec, tmp_path / "run", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         killed_mid_copy = False
         try:
@@ -349,15 +357,9 @@ def test_a_spark_task_killed_mid_copy_is_retried_by_spark_and_the_run_is_exact(
     """SIGKILL of the Python worker that runs a partition's copy (not the job): Spark (local[2,4], up to 4
     attempts per task) retries the task, the retry resumes from what the target holds, and the same run
     ends ok with every message once and the position map complete."""
-    tenant = unique("it-copy-retry")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
-    admin_a.put(f"/persistent/{tenant}/ns/t/partitions", 2)
     total = 30_000
-    produce_unbatched(cluster_a, f"persistent://{tenant}/ns/t", total, keys=11)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=SLOW_COPY)
+    tenant, spec = slow_copy_source(cluster_a, cluster_b, admin_a, tmp_path, "it-copy-retry", total)
     try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         with (tmp_path / "spark.log").open("w") as log_file:
             proc = spark_submit(STEP, spec, tmp_path / "run", master="local[2,4]", stdout=log_file,
                                 stderr=subprocess.STDOUT)

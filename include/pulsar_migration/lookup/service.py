@@ -222,9 +222,10 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         # The client's own credentials, when it sent any: the cluster then authorizes the lookup as that
         # role, so routing through this service never widens what a client may see. The service's token
         # for the cluster serves clients that send none.
-        token = cluster.token()
-        if request.headers.get("authorization"):
-            headers["Authorization"] = request.headers["authorization"]
+        client_auth = request.headers.get("authorization")
+        token = None if client_auth else cluster.token()
+        if client_auth:
+            headers["Authorization"] = client_auth
         elif token:
             headers["Authorization"] = f"Bearer {token}"
         try:

@@ -331,11 +331,8 @@ def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
         return {"skipped": "no selected partitions"}
     topic = partitions[0]
     tgt_admin = spec.target_cluster.admin()
-    # Authenticated as the tools on the target: the service forwards the client's own token to the cluster.
-    token = spec.target_cluster.token()
-    auth = {"authentication": pulsar.AuthenticationToken(token)} if token else {}
-    client = pulsar.Client(spec.lookup_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
-                           operation_timeout_seconds=30, **auth)
+    # With the target's credentials: the service forwards the client's own token to the cluster.
+    client = spec.target_cluster.pulsar_client(spec.lookup_url, operation_timeout_seconds=30)
     try:
         producer = client.create_producer(topic, producer_name=f"{PROBE_NAME}-{int(time.time())}")
         reader = client.create_reader(topic, pulsar.MessageId.latest)
