@@ -43,6 +43,8 @@ STOP_TIMEOUT_S = 45.0
 # Two brokers (each with embedded BookKeeper) beside Airflow and Spark on a 2-core / 24 GiB machine.
 # PM_PULSAR_MEM overrides it.
 PULSAR_MEM = "-Xms256m -Xmx1g -XX:MaxDirectMemorySize=768m"
+# Cluster i hands out ledger ids from i x this on (seed_ledger_ids), below 2^31 where short ids end.
+LEDGER_ID_SPACING = 100_000_000
 
 CONFIG_OVERRIDES = {
     "advertisedAddress": "127.0.0.1",
@@ -81,6 +83,10 @@ class LocalCluster:
     @property
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.root / "data" / "metadata"
 
     @property
     def service_url(self) -> str:
@@ -178,6 +184,8 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | No
     work = cluster.root / "work"
     for d in (work, cluster.log_dir, cluster.root / "data"):
         d.mkdir(parents=True, exist_ok=True)
+    if not (cluster.metadata_dir / "CURRENT").exists():
+        seed_ledger_ids(cluster, home)
     conf = cluster.root / "standalone.conf"
     conf.write_text(render_config((home / "conf" / "standalone.conf").read_text(), cluster, auth))
     if auth:
@@ -193,7 +201,7 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | No
     }
     cmd = [
         str(home / "bin" / "pulsar"), "standalone",
-        "--metadata-dir", str(cluster.root / "data" / "metadata"),
+        "--metadata-dir", str(cluster.metadata_dir),
         "--bookkeeper-dir", str(cluster.root / "data" / "bookkeeper"),
         "--bookkeeper-port", "0",
         "--no-functions-worker", "--no-stream-storage",
@@ -207,6 +215,18 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | No
     log.info("%s: started pid %d (web %d, broker %d), logs in %s",
              cluster.name, proc.pid, cluster.web_port, cluster.broker_port, cluster.log_dir)
     return proc.pid
+
+
+def seed_ledger_ids(cluster: LocalCluster, home: Path) -> None:
+    """Starts a new cluster's ledger ids at index x LEDGER_ID_SPACING. Ids come from the metadata store's one
+    counter, so fresh clusters would all hand out 5, 6, 7, ... and the switch's guard would find the same ledger
+    id on both sides of a topic (a consumer's ack of a prefetched source message would hit a target entry);
+    real clusters with their own histories do not line up like that."""
+    if cluster.index == 0:
+        return
+    subprocess.run(["java", "-cp", str(home / "lib" / "*"), str(Path(__file__).parent / "java" /
+                    "SeedMetadataSequence.java"), str(cluster.metadata_dir), str(cluster.index * LEDGER_ID_SPACING)],
+                   check=True, capture_output=True, timeout=120)
 
 
 def _wait_healthy(clusters: list[LocalCluster], timeout_s: float) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from airflow.dag_processing.dagbag import DagBag
@@ -13,7 +15,7 @@ from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 from sqlalchemy import select
 
-from tests.dags.conftest import DAGS_DIR
+from tests.dags.conftest import DAGS_DIR, RUNS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,24 @@ def run_dag(dag_id: str, **test_kwargs: Any) -> tuple[DagRun, dict[str, str | No
     dag_run = dag.test(**test_kwargs)
     log.info("%s dag.test(%s) took %.1fs", dag_id, test_kwargs, time.monotonic() - started)
     return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+
+def failures(dag_run: DagRun, states: dict[str, str | None]) -> str:
+    """Why a run failed, for an assertion message: each failed step report's error first (CI shows the start of
+    the message only), then the task states."""
+    from pulsar_migration.dag_support import run_dir
+
+    errors = []
+    rdir = Path(run_dir(str(RUNS_DIR), dag_run.dag_id, dag_run.run_id))
+    for path in sorted(rdir.glob("*.json")) if rdir.is_dir() else []:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict) and report.get("error"):
+            errors.append(f"{path.stem}: {report['error']}")
+    failed = sorted(task for task, state in states.items() if state == "failed")
+    return f"{'; '.join(errors) or 'no step report names an error'} | failed tasks {failed} | {states}"
 
 
 def xcom(dag_run: DagRun, task_id: str) -> Any:

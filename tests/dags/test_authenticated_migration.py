@@ -33,7 +33,7 @@ from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
-from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import start_service
 from tests.integration.tenant_builders import snapshot, write_spec
@@ -177,7 +177,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
             dag_run, states = run_dag(DAG_ID, run_conf={
                 "tenant": tenant, "source_conn": "pm_auth_source", "target_conn": "pm_auth_target",
                 "lookup_conn": "pm_auth_lookup", "confirm_cleanup": True, "delete_tenant": True})
-        assert dag_run.state == "success", states
+        assert dag_run.state == "success", failures(dag_run, states)
         assert set(states.values()) == {"success"} and len(states) == 12, states
         assert watch.spark_seen > 0 and watch.scans > 100  # it watched while the Spark jobs ran
         assert watch.hits == []

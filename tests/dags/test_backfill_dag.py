@@ -20,7 +20,7 @@ from pulsar_migration.admin import PulsarAdmin
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
-from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.replication_helpers import drain
 from tests.integration.test_backfill_window import PER_BATCH, create_topics, iso, seed, target_payloads
 
@@ -32,7 +32,7 @@ PARTITION_TOPICS = ["persistent://{tenant}/ns/events", "persistent://{tenant}/ns
 def backfill(conf: dict[str, object], **kwargs: object) -> dict[str, object]:
     """One backfill run that must succeed; returns its published report summary."""
     dag_run, states = run_dag(BACKFILL, run_conf=conf, **kwargs)
-    assert dag_run.state == "success", states
+    assert dag_run.state == "success", failures(dag_run, states)
     return xcom(dag_run, "publish_backfill_window_report")
 
 
@@ -61,7 +61,7 @@ def test_consecutive_windows_then_the_first_again_then_a_scheduled_interval(
 
     # No window in the form: the run's data interval, the hour holding both batches (already all copied).
     dag_run, states = run_dag(BACKFILL, run_conf=conf, logical_date=hour + timedelta(hours=1))
-    assert dag_run.state == "success", states
+    assert dag_run.state == "success", failures(dag_run, states)
     assert (dag_run.data_interval_start, dag_run.data_interval_end) == (hour, hour + timedelta(hours=1))
     args = rendered_fields(dag_run, "backfill_window")["application_args"]
     assert args[-4:] == ["--start", hour.isoformat(), "--end", (hour + timedelta(hours=1)).isoformat()]
@@ -97,7 +97,7 @@ def test_a_window_archived_then_restored_into_the_target(
 
     create_topics(admin_b, cluster_b, tenant)
     dag_run, states = run_dag(RESTORE, run_conf=window)
-    assert dag_run.state == "success", states
+    assert dag_run.state == "success", failures(dag_run, states)
     restored = xcom(dag_run, "publish_restore_window_report")
     assert restored["verdict"] == "ok" and restored["counts"]["restored"] == PER_BATCH * 2
     held = target_payloads(cluster_b, tenant)

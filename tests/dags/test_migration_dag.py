@@ -19,7 +19,7 @@ from pulsar_migration.dag_support import run_dir
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
-from tests.dags.dag_runs import run_dag, xcom
+from tests.dags.dag_runs import failures, run_dag, xcom
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.tenant_builders import snapshot
 
@@ -54,7 +54,7 @@ def test_dry_run_plans_and_changes_nothing(
     dag_run, states = run_migration({"tenant": tenant, "dry_run": True, "namespaces": ["orders", "billing"],
                                      "topics_exclude": ["dlq$"]})
 
-    assert dag_run.state == "success", states
+    assert dag_run.state == "success", failures(dag_run, states)
     assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant)) == before
     rdir = run_dir_of(airflow_db, dag_run)
     spec = json.loads((rdir / "spec.json").read_text())

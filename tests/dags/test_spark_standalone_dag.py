@@ -16,7 +16,7 @@ from pulsar_migration.admin import PulsarAdmin
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
-from tests.dags.dag_runs import rendered_fields, run_dag, xcom
+from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.replication_helpers import client, drain
 
@@ -66,7 +66,7 @@ def test_the_migration_runs_on_a_spark_standalone_cluster(
 
     dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant, "confirm_cleanup": True, "delete_tenant": True})
 
-    assert dag_run.state == "success", states
+    assert dag_run.state == "success", failures(dag_run, states)
     written = xcom(dag_run, "write_migration_report")
     assert written["verdict"] == "ok" and (written["lost"], written["duplicated"]) == (0, 0)
     # Every step that uses Spark ran its application on the standalone master (cleanup_source verifies and
