@@ -162,6 +162,10 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
     assert len(acked) == MESSAGES // 2
     assert drain(source, topic, tenant_admin) == expected  # what the source's subscription delivers (no acks)
     before = snapshot(admin_d, tenant)  # the source is deleted at the end (confirmed cleanup)
+    # A fresh cluster's ledger ids start apart from its peers' (pulsar_local.seed_ledger_ids): the switch
+    # refuses a topic with one ledger id on both sides.
+    ledgers = admin_d.get(f"/persistent/{tenant}/billing/invoices-partition-0/internalStats")["ledgers"]
+    assert ledgers[0]["ledgerId"] >= source.index * pulsar_local.LEDGER_ID_SPACING
 
     # The lookup service routes the tenant's clients and forwards their own token; it holds none for the clusters.
     lookup = start_service(tmp_path, [source, target], source)
