@@ -16,7 +16,10 @@ from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication.posmap import POSITION_MAP_DATASET
+from pulsar_migration.replication.step import enable_deduplication_on
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
+from pulsar_migration.switch.geo_dedup import last_sequence_ids, teach_target
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
@@ -220,3 +223,39 @@ def test_geo_replicates_backlog_then_maps_only_new_entries(
     assert any("was not replicated" in problem for problem in failed["problems"]), failed["problems"]
     rows3 = spark.read.parquet(str(run_dir / POSITION_MAP_DATASET)).collect()
     assert len(rows3) == len(rows2) + 2 and not [r for r in rows3 if r.topic == topics[2] and r not in rows2]
+
+    # The target's dedup and replicated producers (switch.geo_dedup). A producer on the source whose receipt the
+    # switch's fence cut off re-sends to the target after the flip; the live target recorded the replicated copy
+    # by source position only, so it would store the re-send again. A reload replays the entries under their
+    # producers' own names; then the re-send is dropped and the next message stored once.
+    resender, topic = "it-geo-resender", topics[0]
+    pairs = [(topic, resender)]
+    parsed = MigrationSpec.load(str(spec))
+    enable_deduplication_on(admin_a, parsed, ["ns"], [topic])  # as the switch's source_dedup phase does
+    c = client(cluster_a)
+    try:
+        producer = c.create_producer(topic, producer_name=resender, batching_enabled=False)
+        for i in (1, 2, 3):
+            producer.send(f"resend-{i}".encode(), sequence_id=i)
+        producer.close()
+    finally:
+        c.close()
+    deadline = time.monotonic() + 60
+    while [m["data"] for m in drain(cluster_b, topic)][-3:] != [b"resend-1", b"resend-2", b"resend-3"]:
+        assert time.monotonic() < deadline, "the replicator did not carry the three messages"
+        time.sleep(0.5)
+    assert last_sequence_ids(parsed.source_cluster, pairs) == {pairs[0]: 3}
+    assert last_sequence_ids(parsed.target_cluster, pairs) == {pairs[0]: -1}  # not learned from replication
+    taught = teach_target(parsed, admin_b, {topic: [resender]})
+    assert (taught["partitions"], taught["producers"], taught["sequence_ids_known"]) == (1, 1, 1)
+    assert last_sequence_ids(parsed.target_cluster, pairs) == {pairs[0]: 3}
+    before = drain(cluster_b, topic)
+    c = client(cluster_b)
+    try:
+        producer = c.create_producer(topic, producer_name=resender, batching_enabled=False)
+        producer.send(b"resend-3", sequence_id=3)  # the re-send: dropped
+        producer.send(b"resend-4", sequence_id=4)  # new: stored once
+        producer.close()
+    finally:
+        c.close()
+    assert [m["data"] for m in drain(cluster_b, topic)] == [m["data"] for m in before] + [b"resend-4"]

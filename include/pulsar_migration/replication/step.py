@@ -173,7 +173,7 @@ def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces:
         if admin.get(path) is not True:
             admin.post(path, True)
             changed.append(ns)
-            log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, spec.target)
+            log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, admin.name)
     deadline = time.monotonic() + DEDUP_WAIT_S
     pending = list(topics)
     while pending:

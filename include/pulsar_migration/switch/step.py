@@ -22,8 +22,10 @@ Order (each phase timed in the report):
    copy mode the final delta keeps the source producers' names and sequence ids, so the target's dedup
    knows them: a producer re-sends its unacknowledged messages after reconnecting (same name, same
    sequence ids), and those the source had already stored (the receipt lost in the disconnect) are
-   dropped by the target as duplicates; those it had not stored are stored once. Geo mode keeps names and
-   sequence ids by itself.
+   dropped by the target as duplicates; those it had not stored are stored once. Geo mode's replicator keeps
+   names and sequence ids, but the target's dedup records replicated messages by source position only, so
+   geo mode reloads the target partitions that had producers at the fence and proves their dedup then knows
+   each producer's last sequence id (switch.geo_dedup).
 5. **quiet check and id guard**: the source's last entries did not move since the final delta, and no
    source ledger id of a partition is also a ledger id of the same partition on the target. A C++
    consumer keeps its prefetched messages across the switch and may acknowledge them with source ids;
@@ -54,6 +56,7 @@ from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.report import StepReport
 from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,7 @@ def selected_partitions(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
 def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             partitions: list[str], phases: Phases) -> None:
     spec, report = ctx.spec, ctx.report
+    geo = spec.replication_mode == "geo"
     flipped = False
     held_at = None
     try:
@@ -189,12 +193,17 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             lookup.hold(spec.tenant, reason=f"switch to {spec.target}: hold")
             held_at = time.monotonic()
         with phases("fence"):
+            # Geo mode: who might re-send after the flip (geo_dedup); copy mode's final delta keeps their identities.
+            fenced_producers = producers_by_partition(src_admin, partitions) if geo else {}
             for ns in namespaces(ctx, src_admin):
                 src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
             wait_clients_gone(src_admin, partitions)
             before = last_entries(src_admin, partitions)
         with phases("final_replicate"):
             report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True)
+        if geo:
+            with phases("target_dedup"):
+                report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers)
         with phases("final_progress"):
             report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True)
         with phases("quiet_check"):

@@ -1,0 +1,114 @@
+"""Geo mode: before the flip, the target's deduplication must know each source producer's last sequence id.
+
+The fence's unload can cut off a producer's receipt for a message the source had already stored. The
+producer re-sends it after the flip under its own name and sequence id, and only the target's dedup can drop
+it. On 4.0.8 a broker deduplicates *replicated* messages by the replicator's name and source position
+(`MessageDeduplication.isDuplicateReplV2`, since 4.0.4), so the live target never records the original
+producers' sequence ids and stored such a re-send twice (the open bug of switch_lookup in geo mode).
+
+A topic that loads replays its entries since the last dedup snapshot under each entry's own producer name
+(`replayCursor` reads the message metadata), which for a replicated entry is the original producer's. So,
+after the final delta: unload each target partition that had producers at the fence, wait until its dedup
+runs again, then ask both clusters what they know of each of those producers (a producer created with the
+same name is told its last sequence id) and refuse the flip where the target knows less than the source.
+The source's dedup is on since the switch's `source_dedup` phase, before the fence, so it knows every
+sequence id a cut-off receipt could belong to.
+
+Left: a dedup snapshot the target took after a producer's last entry (every 1,000 entries, or on the
+snapshot timer) hides that entry from the replay; the check then refuses and the switch rolls back, and a
+retry after more traffic passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.spec import ClusterSpec, MigrationSpec
+from pulsar_migration.stepjob import StepFailed
+
+log = logging.getLogger(__name__)
+
+DEDUP_RELOAD_TIMEOUT_S = 60.0
+THREADS = 16
+
+
+class TargetDedupBehind(StepFailed):
+    """The target's deduplication does not know a source producer's last sequence id."""
+
+
+def producers_by_partition(admin: PulsarAdmin, partitions: list[str]) -> dict[str, list[str]]:
+    """The names of the producers connected to each partition (the source's, taken right before the fence)."""
+    def names(topic: str) -> list[str]:
+        stats = admin.get(f"{admin.topic_path(topic)}/stats")
+        return sorted({p["producerName"] for p in stats.get("publishers") or [] if p.get("producerName")})
+
+    with ThreadPoolExecutor(max(1, min(len(partitions), THREADS))) as pool:
+        return {t: found for t, found in zip(partitions, pool.map(names, partitions), strict=True) if found}
+
+
+def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """What `cluster`'s dedup knows of each (partition, producer name): a producer opened under that name is
+    told the last sequence id the broker recorded for it (-1: none). Nothing is sent."""
+    client = cluster.pulsar_client(operation_timeout_seconds=30)
+
+    def ask(pair: tuple[str, str]) -> int:
+        producer = client.create_producer(pair[0], producer_name=pair[1], batching_enabled=False)
+        try:
+            return int(producer.last_sequence_id())
+        finally:
+            producer.close()
+
+    try:
+        with ThreadPoolExecutor(max(1, min(len(pairs), THREADS))) as pool:
+            return dict(zip(pairs, pool.map(ask, pairs), strict=True))
+    finally:
+        client.close()
+
+
+def reload_with_dedup(admin: PulsarAdmin, partitions: list[str]) -> None:
+    """Unloads each partition and waits until it runs with deduplication again (its replay done)."""
+    def unload(topic: str) -> None:
+        admin.put(f"{admin.topic_path(topic)}/unload", expect_json=False)
+
+    with ThreadPoolExecutor(max(1, min(len(partitions), THREADS))) as pool:
+        list(pool.map(unload, partitions))
+    deadline = time.monotonic() + DEDUP_RELOAD_TIMEOUT_S
+    pending = list(partitions)
+    while pending:
+        pending = [t for t in pending
+                   if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus") != "Enabled"]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TargetDedupBehind(f"deduplication did not run again on {len(pending)} target partition(s) "
+                                    f"{DEDUP_RELOAD_TIMEOUT_S:.0f}s after their unload (first: {pending[0]})")
+        time.sleep(0.2)
+
+
+def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[str, list[str]]) -> dict[str, Any]:
+    """Reloads the target partitions that had producers at the fence and proves their dedup now knows each
+    producer's last sequence id at least as far as the source's does. Returns what it checked; raises
+    TargetDedupBehind naming the first producer the target knows less of."""
+    pairs = [(topic, name) for topic, names in sorted(producers.items()) for name in names]
+    if not pairs:
+        return {"partitions": 0, "producers": 0}
+    started = time.monotonic()
+    reload_with_dedup(tgt_admin, sorted(producers))
+    source = last_sequence_ids(spec.source_cluster, pairs)
+    target = last_sequence_ids(spec.target_cluster, pairs)
+    behind = [(topic, name, source[(topic, name)], target[(topic, name)]) for topic, name in pairs
+              if target[(topic, name)] < source[(topic, name)]]
+    if behind:
+        topic, name, src, tgt = behind[0]
+        raise TargetDedupBehind(
+            f"the target's deduplication knows producer {name} on {topic} up to sequence id {tgt}, the source's up "
+            f"to {src} ({len(behind)} such producer(s)): a re-send after the flip could be stored twice")
+    checked = {"partitions": len(producers), "producers": len(pairs),
+               "sequence_ids_known": sum(1 for pair in pairs if source[pair] >= 0),
+               "seconds": round(time.monotonic() - started, 3)}
+    log.info("target dedup knows every fenced producer's last sequence id: %s", checked)
+    return checked
