@@ -87,13 +87,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def spark_submit(step: str, spec: Path, run_dir: Path, master: str = "local[2]",
+def spark_submit(step: str, spec: Path, run_dir: Path, master: str = "local[2]", env: dict[str, str] | None = None,
                  **popen: object) -> subprocess.Popen[str]:
     """`spark-submit spark_jobs/<step>.py` on `master` in its own process group (so a test can SIGKILL the
-    driver and its Python workers together); `popen` goes to subprocess.Popen (stdout, ...)."""
+    driver and its Python workers together), `env` added to the environment (PM_FAULT, ...); `popen` goes to
+    subprocess.Popen (stdout, ...)."""
     job = Path(__file__).resolve().parents[1] / "spark_jobs" / f"{step}.py"
     return subprocess.Popen(  # type: ignore[call-overload]
         [str(Path(sys.executable).with_name("spark-submit")), "--master", master, "--conf",
          "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(run_dir)],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable}, start_new_session=True, text=True, **popen)
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}, start_new_session=True, text=True,
+        **popen)
 

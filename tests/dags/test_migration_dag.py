@@ -1,7 +1,9 @@
 """`dag.test()` of the tenant migration DAG for real: Airflow -> spark-submit (local[*]) -> both local clusters.
 
 Each run costs 20-40 s (a Spark driver per step), so the cases are few and each checks a lot. The whole
-migration, with tokens, leak checks and the policy comparison, runs in test_authenticated_migration.py.
+migration, with tokens, leak checks and the policy comparison, runs in test_authenticated_migration.py; the
+dry run (every step planned, nothing changed) in tests/integration/test_airflow_ui.py, triggered from the
+browser.
 """
 
 from __future__ import annotations
@@ -12,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow.models.dagrun import DagRun
-from localdev.demo_tenant import build_rich_tenant
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.dag_support import run_dir
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
-from tests.dags.dag_runs import failures, run_dag, xcom
-from tests.integration.lookup_helpers import LookupProcess
+from tests.dags.dag_runs import run_dag, xcom
 from tests.integration.tenant_builders import snapshot
 
 log = logging.getLogger(__name__)
@@ -40,37 +40,6 @@ def run_migration(conf: dict[str, Any]) -> tuple[DagRun, dict[str, str | None]]:
 
 def run_dir_of(airflow_db: AirflowTestDb, dag_run: DagRun) -> Path:
     return Path(run_dir(str(airflow_db.runs_dir), DAG_ID, dag_run.run_id))
-
-
-def test_dry_run_plans_and_changes_nothing(
-    airflow_db: AirflowTestDb, cluster_a: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
-    lookup_service: LookupProcess,
-) -> None:
-    tenant = unique("dag-dry")
-    build_rich_tenant(admin_a, tenant, [cluster_a.name])
-    before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
-    assert before[2] == {"tenant": None}
-
-    dag_run, states = run_migration({"tenant": tenant, "dry_run": True, "namespaces": ["orders", "billing"],
-                                     "topics_exclude": ["dlq$"]})
-
-    assert dag_run.state == "success", failures(dag_run, states)
-    assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant)) == before
-    rdir = run_dir_of(airflow_db, dag_run)
-    spec = json.loads((rdir / "spec.json").read_text())
-    assert spec["namespaces"] == ["orders", "billing"] and spec["topics"] == {"include": [".*"], "exclude": ["dlq$"]}
-    assert json.loads((rdir / "sync_metadata.json").read_text())["verdict"] == "planned"
-    published = xcom(dag_run, PUBLISH)
-    assert published["verdict"] == "planned" and published["dry_run"] is True
-    assert published["counts"]["CREATE"] > 0 and Path(published["plan"]).is_dir()
-    replicated = xcom(dag_run, PUBLISH_REPLICATE)  # planned against a target that has no topics yet
-    assert replicated["verdict"] == "planned" and replicated["counts"]["partitions"] > 0
-    progressed = xcom(dag_run, PUBLISH_PROGRESS)  # no position map yet: nothing to translate, nothing written
-    assert progressed["verdict"] == "planned" and progressed["counts"]["partitions"] > 0
-    assert xcom(dag_run, PUBLISH_SWITCH)["verdict"] == "planned"
-    assert lookup_service.api("GET", f"/routes/{tenant}").json()["held"] is False
-    assert xcom(dag_run, PUBLISH_CLEANUP)["verdict"] == "planned"
-    assert xcom(dag_run, REPORT)["verdict"] == "planned" and (rdir / "report.md").is_file()
 
 
 def test_unknown_tenant_fails_the_step_the_publish_task_and_the_run(

@@ -30,9 +30,11 @@ from localdev.demo import AirflowApi
 from localdev.pulsar_local import LocalCluster
 from playwright.sync_api import FrameLocator, Page, sync_playwright
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.dag_support import run_dir
 
 from tests.conftest import unique
 from tests.integration.lookup_helpers import TOKEN, start_service
+from tests.integration.tenant_builders import snapshot
 from tests.integration.test_airflow_local import free_port_block
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,22 @@ def wait_for_run(api: AirflowApi, tenant: str) -> dict[str, Any]:
         time.sleep(3)
 
 
+def assert_every_step_planned(rdir: Path) -> None:
+    """The dry run's reports: each step planned from what exists now (the target has no topics yet, so
+    replicate_topics plans against nothing and sync_progress has no position map to translate)."""
+    def report(step: str) -> dict[str, Any]:
+        return json.loads((rdir / f"{step}.json").read_text())
+
+    metadata = report("sync_metadata")
+    assert metadata["verdict"] == "planned" and metadata["dry_run"] is True and metadata["counts"]["CREATE"] > 0
+    for step in ("replicate_topics", "sync_progress"):
+        planned = report(step)
+        assert planned["verdict"] == "planned" and planned["counts"]["partitions"] == 2, (step, planned["counts"])
+    for step in ("switch_lookup", "cleanup_source"):
+        assert report(step)["verdict"] == "planned", step
+    assert json.loads((rdir / "report.json").read_text())["verdict"] == "planned" and (rdir / "report.md").is_file()
+
+
 def plugin_frame(page: Page) -> FrameLocator:
     frame = page.frame_locator("iframe").first
     frame.locator("body h1").wait_for()
@@ -188,8 +206,10 @@ def check_plugin_http(url: str, api: AirflowApi) -> None:
 
 
 def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
-    tmp_path: Path, cluster_a: LocalCluster, cluster_b: LocalCluster, tenant: str,
+    tmp_path: Path, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    tenant: str,
 ) -> None:
+    """Also the DAG's dry run itself (the one dry run of the suite): every step plans, nothing changes."""
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: apt-get install -y chromium (scripts/setup_venv.sh)"
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -217,10 +237,16 @@ def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
                 assert json.loads(saved["extra"]) == {"cluster_name": "cluster-a", "service_url": cluster_a.service_url,
                                                       "tls": None}
 
+                before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
+                assert before[2] == {"tenant": None}
                 trigger_dry_run(page, url, tenant, shots)
                 run = wait_for_run(api, tenant)
                 assert run["state"] == "success", run
                 assert run["conf"]["dry_run"] is True and run["conf"]["source_conn"] == UI_CONN
+                assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"),
+                        snapshot(admin_b, tenant)) == before
+                assert_every_step_planned(Path(run_dir(str(tmp_path / "runs"), DAG_ID, run["dag_run_id"])))
+                assert lookup.api("GET", f"/routes/{tenant}").json()["held"] is False
 
                 headline = f"Tenant {tenant}: cluster-a -> cluster-b (copy mode): verdict planned"
                 assert headline in report_tab(page, url, run["dag_run_id"], shots)

@@ -43,24 +43,6 @@ def cluster_c(pulsar_clusters: list[LocalCluster]) -> Iterator[LocalCluster]:
     shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(cluster_c: LocalCluster) -> None:
-    pulsar_local.start(3)
-    pid = int(cluster_c.pid_file.read_text())
-    assert cluster_c.admin().healthy()
-    assert set(pulsar_local.local_clusters(1)[0].admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
-    assert set(cluster_c.admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
-
-    pulsar_local.start(3)  # already running: no second broker
-    assert int(cluster_c.pid_file.read_text()) == pid
-    assert pulsar_local.status(3)["cluster-c"].startswith("healthy")
-
-    pulsar_local.stop_clusters([cluster_c])
-    assert not processes.alive(pid)
-    assert not processes.port_in_use(cluster_c.web_port)
-    assert not processes.port_in_use(cluster_c.broker_port)
-    assert pulsar_local.status(3)["cluster-c"] == "stopped"
-
-
 def test_crashed_start_reports_the_log_tail_and_leaves_nothing(cluster_c: LocalCluster,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PM_PULSAR_MEM", "-Xmx1m -Xms1m")  # the JVM cannot start with this heap
@@ -216,3 +198,22 @@ def test_target_unreachable_mid_copy_fails_with_one_line_and_a_rerun_heals(
         if tenant in admin_a.get("/tenants"):
             admin_a.delete(f"/tenants/{tenant}", params={"force": "true"})
         admin_a.close()
+
+
+def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_index_cluster: LocalCluster) -> None:
+    """Last in the module, on the cluster its fixture started fresh (one start of cluster-c saved)."""
+    cluster_c = batch_index_cluster
+    pid = int(cluster_c.pid_file.read_text())
+    assert cluster_c.admin().healthy()
+    assert set(pulsar_local.local_clusters(1)[0].admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
+    assert set(cluster_c.admin().clusters()) >= {"cluster-a", "cluster-b", "cluster-c"}
+
+    pulsar_local.start(3)  # already running: no second broker
+    assert int(cluster_c.pid_file.read_text()) == pid
+    assert pulsar_local.status(3)["cluster-c"].startswith("healthy")
+
+    pulsar_local.stop_clusters([cluster_c])
+    assert not processes.alive(pid)
+    assert not processes.port_in_use(cluster_c.web_port)
+    assert not processes.port_in_use(cluster_c.broker_port)
+    assert pulsar_local.status(3)["cluster-c"] == "stopped"

@@ -309,40 +309,37 @@ def test_dry_run_writes_nothing_and_a_target_with_consumers_is_refused(
 
 def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str, Any], cluster_a: LocalCluster,
                                                               cluster_b: LocalCluster) -> None:
-    """The target's holes subscription is set wrong (everything acked); a sync is SIGKILLed right after it reset
-    that cursor, while it acknowledges the 10,500 entries; the next sync finishes the job. The acks take well
-    under a second, so a kill can land after the last one: such an attempt is repeated (up to 4 times) until
-    one is caught in the middle, seen as a target backlog above the exact 10,500."""
+    """The target's holes subscription is set wrong (everything acked); a sync resets that cursor and is SIGKILLed
+    while it acknowledges the 10,500 entries: the fault point `progress.acks` (PM_FAULT) parks it after 5,000
+    acks, so the kill lands there every time instead of racing acks that take well under a second. The next
+    sync finishes the job."""
     tenant, admin_b = migrated["tenant"], migrated["admin_b"]
     path = f"/persistent/{tenant}/{HOLES_TOPIC}"
     exact_backlog = HOLES_MESSAGES // 2
-    attempts = []
-    for _ in range(4):
-        last = admin_b.last_message_id(f"persistent://{tenant}/{HOLES_TOPIC}")
-        admin_b.post(f"{path}/subscription/holes/resetcursor",
-                     {"ledgerId": last["ledgerId"], "entryId": last["entryId"], "excluded": True})
-        wrong = admin_b.get(f"{path}/internalStats")["cursors"]["holes"]["markDeletePosition"]
-        proc = spark_submit(STEP, migrated["spec"], migrated["run"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-        killed_after_reset = False
-        try:
-            deadline = time.monotonic() + 240
-            while proc.poll() is None and time.monotonic() < deadline:
-                if admin_b.get(f"{path}/internalStats")["cursors"]["holes"]["markDeletePosition"] != wrong:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    killed_after_reset = True
-                    break
-                time.sleep(0.02)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
-        assert killed_after_reset, "the sync ended (or never reset the cursor) before it could be killed"
-        backlog = admin_b.get(f"{path}/stats")["subscriptions"]["holes"]["msgBacklog"]
-        attempts.append(backlog)
-        if backlog > exact_backlog:
-            break
-    assert attempts[-1] > exact_backlog, f"every kill landed after the last ack (backlogs {attempts})"
+    parked_backlog = HOLES_MESSAGES - 5_000  # reset to the start of the holes, then 5,000 of them acked
+    last = admin_b.last_message_id(f"persistent://{tenant}/{HOLES_TOPIC}")
+    admin_b.post(f"{path}/subscription/holes/resetcursor",
+                 {"ledgerId": last["ledgerId"], "entryId": last["entryId"], "excluded": True})
+    assert admin_b.get(f"{path}/stats")["subscriptions"]["holes"]["msgBacklog"] == 0
+    proc = spark_submit(STEP, migrated["spec"], migrated["run"], env={"PM_FAULT": "progress.acks@5000=600"},
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.append(admin_b.get(f"{path}/stats")["subscriptions"]["holes"]["msgBacklog"])
+            if seen[-1] == parked_backlog:  # the 5,000 acks applied, the sync parked before the 5,001st
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the sync ended before its fault point (backlogs seen: {seen[-5:]})"
+        assert seen and seen[-1] == parked_backlog, f"never parked after 5,000 acks (backlogs seen: {seen[-5:]})"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    backlog = admin_b.get(f"{path}/stats")["subscriptions"]["holes"]["msgBacklog"]
+    assert backlog == parked_backlog > exact_backlog  # half-applied: 5,500 acks short
 
     assert sync(migrated["spec"], migrated["run"]) == 0
     rep = progress_report(migrated["run"])

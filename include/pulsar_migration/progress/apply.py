@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pulsar_migration import faults
 from pulsar_migration.admin import PulsarAdmin, seg
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def acknowledge(client: Any, topic: str, subscription: str, acks: Iterable[tuple
                 raise ProgressError(f"acknowledgements on {topic} ({subscription}) stalled for {ACK_TIMEOUT_S:.0f}s")
             consumer._consumer.acknowledge_async(pulsar.MessageId(-1, ledger, entry, -1)._msg_id, on_ack)
             sent += 1
+            faults.at("progress.acks", sent)
         for _ in range(max_in_flight):  # every callback back: every ack handed to the connection
             if not slots.acquire(timeout=ACK_TIMEOUT_S):
                 raise ProgressError(f"acknowledgements on {topic} ({subscription}) not flushed in {ACK_TIMEOUT_S:.0f}s")
