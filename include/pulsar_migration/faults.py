@@ -2,7 +2,8 @@
 
 `PM_FAULT=<point>@<count>=<seconds>` makes `at(point, n)` sleep `seconds` when `n == count`, so a test can
 SIGKILL the step at a known place instead of racing it (e.g. `progress.acks@5000=120`: after 5,000 of a
-subscription's acknowledgements were handed to the client). Unset, `at` costs a dictionary lookup.
+subscription's acknowledgements were handed to the client). With `PM_FAULT_MARK_DIR` set, a file named after
+the point appears there when it parks, so the test knows when to kill. Unset, `at` costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import logging
 import os
 import time
 from functools import cache
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 ENV = "PM_FAULT"
+MARK_DIR_ENV = "PM_FAULT_MARK_DIR"
 
 
 @cache
@@ -32,4 +35,7 @@ def at(point: str, n: int) -> None:
     armed = _armed().get(point)
     if armed and armed[0] == n:
         log.warning("fault point %s reached at %d: pausing %.0fs (%s)", point, n, armed[1], ENV)
+        marks = os.environ.get(MARK_DIR_ENV)
+        if marks:
+            Path(marks, point).touch()
         time.sleep(armed[1])

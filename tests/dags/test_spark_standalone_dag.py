@@ -1,6 +1,12 @@
-"""The whole migration DAG with `spark_default` pointing at a real Spark standalone cluster (master + worker
-started from the installed pyspark), not `local[*]`: the library reaches the executors only through
-spark-submit's --py-files, and the executors, in the worker's own JVMs, read and write the run dir."""
+"""The migration DAG with `spark_default` pointing at a real Spark standalone cluster (master + worker started from
+the installed pyspark), not `local[*]`: the library reaches the executors only through spark-submit's --py-files,
+and the executors, in the worker's own JVMs, read and write the run dir.
+
+Its two data-moving steps run (sync_metadata, replicate_topics: the operator every step uses, executors
+creating topics and copying with the Pulsar client); the later steps are marked success without running
+(`mark_success_pattern`), since each costs another application on the worker and they run whole in the
+authenticated DAG test.
+"""
 
 from __future__ import annotations
 
@@ -63,29 +69,38 @@ def test_the_migration_runs_on_a_spark_standalone_cluster(
     master, work = spark_master
     tenant = unique("dag-standalone")
     seed(admin_a, cluster_a, tenant)
+    try:
+        check_the_copy_on_standalone(cluster_a, cluster_b, tenant, master, work)
+    finally:
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
 
-    dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant, "confirm_cleanup": True, "delete_tenant": True})
+
+def check_the_copy_on_standalone(cluster_a: LocalCluster, cluster_b: LocalCluster, tenant: str, master: str,
+                                 work: Path) -> None:
+    later = "sync_progress|switch_lookup|cleanup_source"
+    dag_run, states = run_dag(DAG_ID, run_conf={"tenant": tenant},
+                              mark_success_pattern=rf"^({later}|publish_({later})_report|write_migration_report)$")
 
     assert dag_run.state == "success", failures(dag_run, states)
-    written = xcom(dag_run, "write_migration_report")
-    assert written["verdict"] == "ok" and (written["lost"], written["duplicated"]) == (0, 0)
-    # Every step that uses Spark ran its application on the standalone master (cleanup_source verifies and
-    # deletes through admin calls in the driver; it builds no session) ...
+    assert xcom(dag_run, "publish_sync_metadata_report")["verdict"] == "ok"
+    replicated = xcom(dag_run, "publish_replicate_topics_report")
+    assert replicated["verdict"] == "ok" and replicated["counts"]["copied_messages"] == 2 * MESSAGES
+    # Both steps ran their application on the standalone master ...
     registered = (work / "master.log").read_text()
-    for step in ("sync_metadata", "replicate_topics", "sync_progress", "switch_lookup"):
+    for step in ("sync_metadata", "replicate_topics"):
         assert f"Registering app pulsar-migration-{step}" in registered, f"{step} never reached {master}"
         assert rendered_fields(dag_run, step)["py_files"].endswith(".zip")
     apps = sorted((work / "worker").glob("app-*"))
-    assert len(apps) >= 4, f"expected an application per step on the worker, found {apps}"
+    assert len(apps) == 2, f"expected an application per step on the worker, found {apps}"
     # ... whose executors got the library through --py-files (a copy in each executor's work dir) and ran tasks.
     for app in apps:
         assert list(app.glob("*/pulsar_migration-*.zip")), f"no library shipped to {app}"
     assert any("Finished task" in err.read_text(errors="replace") for err in (work / "worker").glob("app-*/*/stderr"))
-    summary = json.loads(Path(written["json"]).read_text())
-    assert summary["partitions"] and all(p["hashes_equal"] for p in summary["partitions"])
-    # The tenant now lives on the target only, with every message and the subscription's position.
-    assert tenant not in admin_a.get("/tenants")
-    assert [m["data"] for m in drain(cluster_b, f"persistent://{tenant}/ns/audit")] == [
-        f"audit-{i}".encode() for i in range(MESSAGES)]
-    backlog = admin_b.get(f"/persistent/{tenant}/ns/audit/stats")["subscriptions"]["svc"]["msgBacklog"]
-    assert backlog == MESSAGES - MESSAGES // 4
+    # The target holds every message, in order, as the source does.
+    for topic in ("orders-partition-0", "orders-partition-1", "audit"):
+        name = f"persistent://{tenant}/ns/{topic}"
+        assert [m["data"] for m in drain(cluster_b, name)] == [m["data"] for m in drain(cluster_a, name)], topic
+    assert sorted(m["data"] for m in drain(cluster_b, f"persistent://{tenant}/ns/audit")) == sorted(
+        f"audit-{i}".encode() for i in range(MESSAGES))

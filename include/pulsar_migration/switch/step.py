@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+from pulsar_migration import faults
 from pulsar_migration.admin import PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
@@ -92,6 +93,7 @@ class Phases:
         finally:
             self.times[name] = round(time.monotonic() - started, 3)
         log.info("switch phase %s done in %.2fs", name, self.times[name])
+        faults.at(f"switch.after_{name}", 1)  # kill tests park here (PM_FAULT)
 
 
 def run(ctx: StepContext) -> None:

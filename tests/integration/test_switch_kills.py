@@ -1,0 +1,170 @@
+"""switch_lookup SIGKILLed at each phase boundary (after the hold, after the unload, after the final copy, after the
+flip), one boundary per run, each run picking up what the killed one left; then a run that ends it. The fault
+points (`switch.after_<phase>`, PM_FAULT) park the step so each kill lands exactly there.
+
+After every kill the tenant is served by exactly one cluster or parked: the route names the source and is held
+(lookups wait, nothing reaches either cluster) until the flip, then names the target with no hold. At the end
+the target holds every source message once, in order per partition, each subscription delivers there exactly
+what it delivers on the source, and a client through the lookup service lands on the target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+from pulsar_migration.switch.step import STEP, run
+from pyspark.sql import SparkSession
+
+from tests.conftest import spark_submit, unique
+from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
+from tests.integration.replication_helpers import client, replicate
+from tests.integration.tenant_builders import write_spec
+from tests.integration.test_sync_progress import receive_all, sync
+
+BOUNDARIES = ("hold", "fence", "final_replicate", "flip")
+SUBSCRIPTIONS = {"ns/orders": "ord", "ns/events": "svc"}
+PARTITIONS = {"ns/orders": 2, "ns/events": 0}
+
+
+def partitions(tenant: str) -> list[str]:
+    return [f"persistent://{tenant}/{t}-partition-{i}" if n else f"persistent://{tenant}/{t}"
+            for t, n in PARTITIONS.items() for i in range(max(n, 1))]
+
+
+def read_all(cluster: LocalCluster, topic: str) -> list[bytes]:
+    c = client(cluster)
+    try:
+        reader = c.create_reader(topic, pulsar.MessageId.earliest)
+        out = []
+        while reader.has_message_available():
+            out.append(reader.read_next(10_000).data())
+        return out
+    finally:
+        c.close()
+
+
+def delivers(cluster: LocalCluster, topic: str, subscription: str) -> Counter[bytes]:
+    """What a fresh consumer of the subscription receives now (nothing acked)."""
+    c = client(cluster)
+    try:
+        consumer = c.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Shared)
+        got = Counter(m.data() for m in receive_all(consumer, 3_000))
+        consumer.close()
+        return got
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path
+             ) -> Iterator[dict[str, Any]]:
+    """A tenant with messages and part-acked subscriptions, copied and synced; its lookup service."""
+    service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
+    tenant = unique("it-switch-kill")
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+    admin_a.put(f"/persistent/{tenant}/ns/orders/partitions", 2)
+    admin_a.put(f"/persistent/{tenant}/ns/events")
+    c = client(cluster_a)
+    try:
+        for topic, sub in SUBSCRIPTIONS.items():
+            consumer = c.subscribe(f"persistent://{tenant}/{topic}", sub, consumer_type=pulsar.ConsumerType.Shared)
+            producer = c.create_producer(f"persistent://{tenant}/{topic}", batching_enabled=False)
+            for i in range(300):
+                producer.send_async(f"{topic}-{i}".encode(), None, partition_key=f"k{i % 7}")
+            producer.flush()
+            for i, m in enumerate(receive_all(consumer, 3_000)):
+                if i % 3 == 0:
+                    consumer.acknowledge(m)
+            consumer.close()
+    finally:
+        c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                      lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+    run_dir = tmp_path / "run"
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+    assert replicate(spec, run_dir) == 0
+    assert sync(spec, run_dir) == 0
+    try:
+        yield {"service": service, "tenant": tenant, "spec": spec, "run": run_dir, "tmp": tmp_path}
+    finally:
+        service.stop()
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            admin.close()
+
+
+def kill_at(boundary: str, spec: Path, run_dir: Path, marks: Path) -> None:
+    """Runs the switch as its own spark-submit, parked after `boundary`, and SIGKILLs it there."""
+    point = f"switch.after_{boundary}"
+    env = {"PM_FAULT": f"{point}@1=600", "PM_FAULT_MARK_DIR": str(marks), "PM_TEST_LOOKUP_TOKEN": TOKEN}
+    proc = spark_submit(STEP, spec, run_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not (marks / point).exists():
+            assert proc.poll() is None, f"the switch ended before {point}: {proc.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"the switch never reached {point}"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+def test_killed_at_each_phase_boundary_then_rerun_ends_exact(prepared: dict[str, Any], cluster_a: LocalCluster,
+                                                               cluster_b: LocalCluster) -> None:
+    service: LookupProcess = prepared["service"]
+    tenant, spec, run_dir = prepared["tenant"], prepared["spec"], prepared["run"]
+    marks = prepared["tmp"] / "marks"
+    marks.mkdir()
+    states = []
+    for boundary in BOUNDARIES:
+        kill_at(boundary, spec, run_dir, marks)
+        route = service.api("GET", f"/routes/{tenant}").json()
+        states.append((boundary, route["cluster"], route["held"]))
+    # Parked (source, held) until the flip; after it the target, released: never both, never neither unheld.
+    assert states == [("hold", cluster_a.name, True), ("fence", cluster_a.name, True),
+                      ("final_replicate", cluster_a.name, True), ("flip", cluster_b.name, False)], states
+
+    os.environ["PM_TEST_LOOKUP_TOKEN"] = TOKEN
+    try:
+        assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+    finally:
+        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+    report = json.loads((run_dir / f"{STEP}.json").read_text())
+    assert report["details"]["already_switched"] is True and report["details"]["probe"]["producer_on_target"]
+
+    for topic in partitions(tenant):
+        source = read_all(cluster_a, topic)
+        assert source and read_all(cluster_b, topic) == source, topic  # every message once, in order
+    for topic, sub in SUBSCRIPTIONS.items():
+        full = f"persistent://{tenant}/{topic}"
+        expected = delivers(cluster_a, full, sub)
+        assert sum(expected.values()) == 200 and delivers(cluster_b, full, sub) == expected, topic
+    # A client of the tenant, through the lookup service, now publishes to the target.
+    c = pulsar.Client(service.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        c.create_producer(f"persistent://{tenant}/ns/events").send(b"after the kills")
+    finally:
+        c.close()
+    assert read_all(cluster_b, f"persistent://{tenant}/ns/events")[-1] == b"after the kills"
+    assert b"after the kills" not in read_all(cluster_a, f"persistent://{tenant}/ns/events")
