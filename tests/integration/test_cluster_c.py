@@ -10,6 +10,7 @@ tests ever overlap (the test suite runs modules on parallel workers):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -149,42 +150,46 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
             admin.close()
 
 
-def test_target_unreachable_mid_copy_fails_with_one_line_and_a_rerun_heals(
-        batch_index_cluster: LocalCluster, cluster_a: LocalCluster, spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gone", ["target", "source"])
+def test_a_cluster_stopped_mid_copy_fails_with_one_line_and_a_rerun_heals(
+        batch_index_cluster: LocalCluster, cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
+        tmp_path: Path, gone: str) -> None:
+    """cluster-c's broker is stopped while replicate_topics copies to it (target) or from it (source), then
+    started again on its data: the run fails with one line, the re-run copies exactly what is missing."""
     from tests.integration.replication_helpers import drain as read_all
     from tests.integration.replication_helpers import replicate_report
     from tests.integration.test_replicate_topics import SLOW_COPY, produce_unbatched
 
-    target = batch_index_cluster
-    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
-    tenant = unique("it-unreachable")
+    source, target = (cluster_a, batch_index_cluster) if gone == "target" else (batch_index_cluster, cluster_b)
+    admin_src = PulsarAdmin(source.admin_url, name=source.name)
+    tenant = unique(f"it-{gone}-gone")
     total = 30_000
     try:
-        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-        admin_a.put(f"/namespaces/{tenant}/ns")
-        # A topic with neither a subscription nor retention keeps nothing past a ledger roll (here: the target's
-        # restart would trim what the first run copied); sync_metadata carries the policy to the target.
-        admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
-        admin_a.put(f"/persistent/{tenant}/ns/t")
+        admin_src.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
+        admin_src.put(f"/namespaces/{tenant}/ns")
+        # A topic with neither a subscription nor retention keeps nothing past a ledger roll (here: the restart
+        # would trim what was written or copied); sync_metadata carries the policy to the target.
+        admin_src.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+        admin_src.put(f"/persistent/{tenant}/ns/t")
         topic = f"persistent://{tenant}/ns/t"
-        produce_unbatched(cluster_a, topic, total, keys=5)
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, target, options=SLOW_COPY)
+        produce_unbatched(source, topic, total, keys=5)
+        spec = write_spec(tmp_path / "spec.json", tenant, source, target, options=SLOW_COPY)
         run_dir = tmp_path / "run"
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
         result: dict[str, int] = {}
         copier = threading.Thread(target=lambda: result.setdefault("code", replicate(spec, run_dir)))
         copier.start()
-        admin_c = PulsarAdmin(target.admin_url, name=target.name, retries=0, timeout_s=2)
+        admin_tgt = PulsarAdmin(target.admin_url, name=target.name, retries=0, timeout_s=2)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and copier.is_alive():
             try:
-                if admin_c.get(f"/persistent/{tenant}/ns/t/stats")["msgInCounter"] >= 3_000:
+                if admin_tgt.get(f"/persistent/{tenant}/ns/t/stats")["msgInCounter"] >= 3_000:
                     break
             except Exception:
                 pass
             time.sleep(0.05)
-        assert copier.is_alive(), "the copy ended before the target could be taken away"
-        pulsar_local.stop_clusters([target])  # the target goes away mid-copy
+        assert copier.is_alive(), "the copy ended before cluster-c could be taken away"
+        pulsar_local.stop_clusters([batch_index_cluster])  # cluster-c goes away mid-copy
         copier.join(300)
         assert result["code"] == 1
         error = replicate_report(run_dir)["error"]
@@ -193,11 +198,16 @@ def test_target_unreachable_mid_copy_fails_with_one_line_and_a_rerun_heals(
         assert replicate(spec, run_dir) == 0
         rep = replicate_report(run_dir)
         assert rep["counts"]["skipped_messages"] + rep["counts"]["copied_messages"] == total
-        assert [m["data"] for m in read_all(target, topic)] == [m["data"] for m in read_all(cluster_a, topic)]
+        copied = [m["data"] for m in read_all(target, topic)]
+        assert len(copied) == total and copied == [m["data"] for m in read_all(source, topic)]
     finally:
-        if tenant in admin_a.get("/tenants"):
-            admin_a.delete(f"/tenants/{tenant}", params={"force": "true"})
-        admin_a.close()
+        for cluster in (source, target):
+            admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+            with contextlib.suppress(Exception):  # cluster-c may be down when the test failed: keep its error
+                if tenant in admin.get("/tenants"):
+                    admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            admin.close()
+        admin_src.close()
 
 
 def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_index_cluster: LocalCluster) -> None:

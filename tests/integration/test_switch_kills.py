@@ -70,9 +70,10 @@ def delivers(cluster: LocalCluster, topic: str, subscription: str) -> Counter[by
 
 
 @pytest.fixture
-def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path
-             ) -> Iterator[dict[str, Any]]:
+def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """A tenant with messages and part-acked subscriptions, copied and synced; its lookup service."""
+    monkeypatch.setenv("PM_TEST_LOOKUP_TOKEN", TOKEN)  # the spec names the variable (steps here and spark-submit)
     service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
     tenant = unique("it-switch-kill")
     admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
@@ -115,7 +116,7 @@ def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
 def kill_at(boundary: str, spec: Path, run_dir: Path, marks: Path) -> None:
     """Runs the switch as its own spark-submit, parked after `boundary`, and SIGKILLs it there."""
     point = f"switch.after_{boundary}"
-    env = {"PM_FAULT": f"{point}@1=600", "PM_FAULT_MARK_DIR": str(marks), "PM_TEST_LOOKUP_TOKEN": TOKEN}
+    env = {"PM_FAULT": f"{point}@1=600", "PM_FAULT_MARK_DIR": str(marks)}
     proc = spark_submit(STEP, spec, run_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
@@ -145,11 +146,7 @@ def test_killed_at_each_phase_boundary_then_rerun_ends_exact(prepared: dict[str,
     assert states == [("hold", cluster_a.name, True), ("fence", cluster_a.name, True),
                       ("final_replicate", cluster_a.name, True), ("flip", cluster_b.name, False)], states
 
-    os.environ["PM_TEST_LOOKUP_TOKEN"] = TOKEN
-    try:
-        assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-    finally:
-        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+    assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
     report = json.loads((run_dir / f"{STEP}.json").read_text())
     assert report["details"]["already_switched"] is True and report["details"]["probe"]["producer_on_target"]
 
