@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import spark_submit, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
-from tests.integration.replication_helpers import client, replicate
+from tests.integration.replication_helpers import client, drain, replicate
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_sync_progress import receive_all, sync
 
@@ -46,15 +46,7 @@ def partitions(tenant: str) -> list[str]:
 
 
 def read_all(cluster: LocalCluster, topic: str) -> list[bytes]:
-    c = client(cluster)
-    try:
-        reader = c.create_reader(topic, pulsar.MessageId.earliest)
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(10_000).data())
-        return out
-    finally:
-        c.close()
+    return [m["data"] for m in drain(cluster, topic)]
 
 
 def delivers(cluster: LocalCluster, topic: str, subscription: str) -> Counter[bytes]:

@@ -174,18 +174,25 @@ def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces:
             admin.post(path, True)
             changed.append(ns)
             log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, admin.name)
-    deadline = time.monotonic() + DEDUP_WAIT_S
+    pending = wait_deduplicating(admin, topics, DEDUP_WAIT_S)
+    if pending:
+        raise ReplicationError(f"deduplication is not running on {len(pending)} target partition(s) after "
+                               f"{DEDUP_WAIT_S:.0f}s (first: {pending[0]}); a topic-level policy may disable it")
+    return changed
+
+
+def wait_deduplicating(admin: PulsarAdmin, topics: list[str], timeout_s: float, poll_s: float = 0.2) -> list[str]:
+    """Waits until each topic runs with deduplication (its stats say Enabled: loaded, replay done); returns
+    those that still do not after `timeout_s` (empty: all do)."""
+    deadline = time.monotonic() + timeout_s
     pending = list(topics)
     while pending:
         pending = [t for t in pending if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus")
                    != "Enabled"]
-        if not pending:
+        if not pending or time.monotonic() > deadline:
             break
-        if time.monotonic() > deadline:
-            raise ReplicationError(f"deduplication is not running on {len(pending)} target partition(s) after "
-                                   f"{DEDUP_WAIT_S:.0f}s (first: {pending[0]}); a topic-level policy may disable it")
-        time.sleep(0.5)
-    return changed
+        time.sleep(poll_s)
+    return pending
 
 
 # -- the Spark part ----------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
 
@@ -76,17 +77,10 @@ def reload_with_dedup(admin: PulsarAdmin, partitions: list[str]) -> None:
 
     with ThreadPoolExecutor(max(1, min(len(partitions), THREADS))) as pool:
         list(pool.map(unload, partitions))
-    deadline = time.monotonic() + DEDUP_RELOAD_TIMEOUT_S
-    pending = list(partitions)
-    while pending:
-        pending = [t for t in pending
-                   if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus") != "Enabled"]
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise TargetDedupBehind(f"deduplication did not run again on {len(pending)} target partition(s) "
-                                    f"{DEDUP_RELOAD_TIMEOUT_S:.0f}s after their unload (first: {pending[0]})")
-        time.sleep(0.2)
+    pending = wait_deduplicating(admin, partitions, DEDUP_RELOAD_TIMEOUT_S)
+    if pending:
+        raise TargetDedupBehind(f"deduplication did not run again on {len(pending)} target partition(s) "
+                                f"{DEDUP_RELOAD_TIMEOUT_S:.0f}s after their unload (first: {pending[0]})")
 
 
 def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[str, list[str]]) -> dict[str, Any]:
