@@ -50,7 +50,8 @@ def proc_figures(pid: int) -> dict[str, int]:
     except OSError:
         return {"rss_kib": 0, "fds": 0, "threads": 0}
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_kib": int(fields["VmRSS"].split()[0]), "fds": fds, "threads": int(fields["Threads"])}
+    rss = fields.get("VmRSS", "0 kB")  # absent for a process that is exiting
+    return {"rss_kib": int(rss.split()[0]), "fds": fds, "threads": int(fields.get("Threads", "0"))}
 
 
 def children(pid: int) -> list[int]:
