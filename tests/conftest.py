@@ -21,17 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The longest modules first (measured 2026-11-23, 26 min run): `--dist loadfile` hands whole modules to the two
-# workers in collection order, so a long one taken last would run alone at the end while the other worker idles.
-LONGEST_FIRST = ("test_sync_progress", "test_authenticated_migration", "test_airflow_ui", "test_replicate_topics",
-                 "test_switch_live", "test_cluster_c", "test_switch_kills", "test_backfill_dag", "test_sync_metadata",
-                 "test_spark_standalone_dag", "test_rollback_live")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module stays whole, in order
-
 # The project's Spark settings (conf/spark) for in-process sessions and spark-submits, also under a bare pytest.
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] / "conf" / "spark"))
 
