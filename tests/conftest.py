@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,4 +100,28 @@ def spark_submit(step: str, spec: Path, run_dir: Path, master: str = "local[2]",
          "spark.ui.enabled=false", str(job), "--spec", str(spec), "--run-dir", str(run_dir)],
         env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}, start_new_session=True, text=True,
         **popen)
+
+
+def kill_at_fault_point(step: str, spec: Path, run_dir: Path, point: str, n: int, marks: Path,
+                        settle_s: float = 0.0, timeout_s: float = 300.0) -> None:
+    """Runs `step` as its own spark-submit, parked by PM_FAULT at `point`'s `n`-th pass, waits for the point's
+    marker file in `marks`, then `settle_s`, and SIGKILLs the whole process group there. The job's output goes
+    to `marks/<point>.log` (a pipe nobody reads could fill and stall the job before the point)."""
+    marks.mkdir(parents=True, exist_ok=True)
+    output = marks / f"{point}.log"
+    with output.open("w") as out:
+        proc = spark_submit(step, spec, run_dir, env={"PM_FAULT": f"{point}@{n}=600", "PM_FAULT_MARK_DIR": str(marks)},
+                            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not (marks / point).exists():
+            assert proc.poll() is None, f"{step} ended before {point}: {output.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{step} never reached {point}"
+            time.sleep(0.1)
+        time.sleep(settle_s)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
 

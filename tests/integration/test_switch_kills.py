@@ -11,10 +11,6 @@ what it delivers on the source, and a client through the lookup service lands on
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +25,7 @@ from pulsar_migration.stepjob import run_step
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
-from tests.conftest import spark_submit, unique
+from tests.conftest import kill_at_fault_point, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import client, drain, replicate
 from tests.integration.tenant_builders import write_spec
@@ -105,33 +101,14 @@ def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
             admin.close()
 
 
-def kill_at(boundary: str, spec: Path, run_dir: Path, marks: Path) -> None:
-    """Runs the switch as its own spark-submit, parked after `boundary`, and SIGKILLs it there."""
-    point = f"switch.after_{boundary}"
-    env = {"PM_FAULT": f"{point}@1=600", "PM_FAULT_MARK_DIR": str(marks)}
-    proc = spark_submit(STEP, spec, run_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while not (marks / point).exists():
-            assert proc.poll() is None, f"the switch ended before {point}: {proc.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, f"the switch never reached {point}"
-            time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-
-
 def test_killed_at_each_phase_boundary_then_rerun_ends_exact(prepared: dict[str, Any], cluster_a: LocalCluster,
                                                                cluster_b: LocalCluster) -> None:
     service: LookupProcess = prepared["service"]
     tenant, spec, run_dir = prepared["tenant"], prepared["spec"], prepared["run"]
     marks = prepared["tmp"] / "marks"
-    marks.mkdir()
     states = []
     for boundary in BOUNDARIES:
-        kill_at(boundary, spec, run_dir, marks)
+        kill_at_fault_point(STEP, spec, run_dir, f"switch.after_{boundary}", 1, marks)
         route = service.api("GET", f"/routes/{tenant}").json()
         states.append((boundary, route["cluster"], route["held"]))
     # Parked (source, held) until the flip; after it the target, released: never both, never neither unheld.

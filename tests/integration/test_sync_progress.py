@@ -9,10 +9,7 @@ and one subscription with more holes than the broker persists (10,000).
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,7 +25,7 @@ from pulsar_migration.progress.step import STEP, add_args, run
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
-from tests.conftest import spark_submit, unique
+from tests.conftest import kill_at_fault_point, unique
 from tests.integration.replication_helpers import client, replicate
 from tests.integration.tenant_builders import write_spec
 
@@ -320,22 +317,9 @@ def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str
     admin_b.post(f"{path}/subscription/holes/resetcursor",
                  {"ledgerId": last["ledgerId"], "entryId": last["entryId"], "excluded": True})
     assert precise_backlog(admin_b, path) == 0
-    marks = migrated["run"].parent / "marks"
-    marks.mkdir(exist_ok=True)
-    proc = spark_submit(STEP, migrated["spec"], migrated["run"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                        env={"PM_FAULT": "progress.acks@5000=600", "PM_FAULT_MARK_DIR": str(marks)})
-    try:
-        deadline = time.monotonic() + 240
-        while not (marks / "progress.acks").exists():
-            assert proc.poll() is None, "the sync ended before its fault point"
-            assert time.monotonic() < deadline, "the sync never reached its fault point"
-            time.sleep(0.1)
-        time.sleep(1)  # the client's grouped acks (100 ms) reach the broker
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    # Parked after 5,000 acks; a second for the client's grouped acks (100 ms) to reach the broker, then killed.
+    kill_at_fault_point(STEP, migrated["spec"], migrated["run"], "progress.acks", 5_000,
+                        migrated["run"].parent / "marks", settle_s=1, timeout_s=240)
     # Half-applied: the cursor was reset (nothing acked) and about 5,000 of the 10,500 acks landed.
     assert exact_backlog < precise_backlog(admin_b, path) < HOLES_MESSAGES
 

@@ -30,11 +30,12 @@ from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
+from pulsar_migration.switch.fanout import each_partition
 
 log = logging.getLogger(__name__)
 
 DEDUP_RELOAD_TIMEOUT_S = 60.0
-THREADS = 16
+PROBE_THREADS = 16  # producers opened at once by last_sequence_ids
 
 
 class TargetDedupBehind(StepFailed):
@@ -43,12 +44,12 @@ class TargetDedupBehind(StepFailed):
 
 def producers_by_partition(admin: PulsarAdmin, partitions: list[str]) -> dict[str, list[str]]:
     """The names of the producers connected to each partition (the source's, taken right before the fence)."""
-    def names(topic: str) -> list[str]:
+    def names(admin: PulsarAdmin, topic: str) -> list[str]:
         stats = admin.get(f"{admin.topic_path(topic)}/stats")
         return sorted({p["producerName"] for p in stats.get("publishers") or [] if p.get("producerName")})
 
-    with ThreadPoolExecutor(max(1, min(len(partitions), THREADS))) as pool:
-        return {t: found for t, found in zip(partitions, pool.map(names, partitions), strict=True) if found}
+    found = each_partition(admin, partitions, names)
+    return {topic: named for topic, named in zip(partitions, found, strict=True) if named}
 
 
 def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -64,7 +65,7 @@ def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dic
             producer.close()
 
     try:
-        with ThreadPoolExecutor(max(1, min(len(pairs), THREADS))) as pool:
+        with ThreadPoolExecutor(max(1, min(len(pairs), PROBE_THREADS))) as pool:
             return dict(zip(pairs, pool.map(ask, pairs), strict=True))
     finally:
         client.close()
@@ -72,11 +73,8 @@ def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dic
 
 def reload_with_dedup(admin: PulsarAdmin, partitions: list[str]) -> None:
     """Unloads each partition and waits until it runs with deduplication again (its replay done)."""
-    def unload(topic: str) -> None:
-        admin.put(f"{admin.topic_path(topic)}/unload", expect_json=False)
-
-    with ThreadPoolExecutor(max(1, min(len(partitions), THREADS))) as pool:
-        list(pool.map(unload, partitions))
+    each_partition(admin, partitions, lambda admin, topic: admin.put(f"{admin.topic_path(topic)}/unload",
+                                                                      expect_json=False))
     pending = wait_deduplicating(admin, partitions, DEDUP_RELOAD_TIMEOUT_S)
     if pending:
         raise TargetDedupBehind(f"deduplication did not run again on {len(pending)} target partition(s) "

@@ -47,7 +47,6 @@ import argparse
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,6 +56,7 @@ from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.report import StepReport
 from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.switch.fanout import each_partition
 from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,6 @@ CLIENTS_GONE_TIMEOUT_S = 15.0
 CATCH_UP_ROUNDS = 3
 CATCH_UP_ENOUGH_ENTRIES = 500
 PROBE_NAME = "pulsar-migration-probe"
-FENCE_THREADS = 32
 
 
 class SwitchError(StepFailed):
@@ -295,13 +294,6 @@ def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> None:
             raise SwitchError(f"{len(clients)} client(s) still connected to the source {CLIENTS_GONE_TIMEOUT_S:.0f}s "
                               f"after the unload (first: {clients[0]}): they bypass the lookup service")
         time.sleep(0.2)
-
-
-def each_partition(admin: PulsarAdmin, partitions: list[str], read: Any) -> list[Any]:
-    """`read(admin, topic)` for every partition, in threads: the fence and the quiet check run while clients
-    wait, and a hundred sequential admin calls would cost seconds."""
-    with ThreadPoolExecutor(max(1, min(len(partitions), FENCE_THREADS))) as pool:
-        return list(pool.map(lambda topic: read(admin, topic), partitions))
 
 
 def connected_clients(admin: PulsarAdmin, partitions: list[str]) -> list[str]:
