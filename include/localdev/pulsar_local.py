@@ -147,9 +147,10 @@ def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
 
 def extra_overrides(cluster: LocalCluster) -> dict[str, str]:
     """`PM_PULSAR_CONF_<NAME>` (e.g. PM_PULSAR_CONF_CLUSTER_C="key=value,key=value"): broker settings for one
-    instance only, for tests of non-default broker behaviour on a throwaway cluster."""
+    instance only, for tests of non-default broker behaviour on a throwaway cluster. A comma starts a new
+    setting only before `key=`, so a value may hold commas (advertisedListeners=a:pulsar://...,b:pulsar://...)."""
     raw = os.environ.get("PM_PULSAR_CONF_" + re.sub(r"\W", "_", cluster.name).upper(), "")
-    pairs = [item.split("=", 1) for item in raw.split(",") if item.strip()]
+    pairs = [item.split("=", 1) for item in re.split(r",(?=\s*[A-Za-z][\w.]*=)", raw) if item.strip()]
     return {key.strip(): value.strip() for key, value in pairs}
 
 
@@ -186,6 +187,8 @@ def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | No
         d.mkdir(parents=True, exist_ok=True)
     if not (cluster.metadata_dir / "CURRENT").exists():
         seed_ledger_ids(cluster, home)
+    else:
+        drop_stale_ephemerals(cluster, home)
     conf = cluster.root / "standalone.conf"
     conf.write_text(render_config((home / "conf" / "standalone.conf").read_text(), cluster, auth))
     if auth:
@@ -227,6 +230,15 @@ def seed_ledger_ids(cluster: LocalCluster, home: Path) -> None:
     subprocess.run(["java", "-cp", str(home / "lib" / "*"), str(Path(__file__).parent / "java" /
                     "SeedMetadataSequence.java"), str(cluster.metadata_dir), str(cluster.index * LEDGER_ID_SPACING)],
                    check=True, capture_output=True, timeout=120)
+
+
+def drop_stale_ephemerals(cluster: LocalCluster, home: Path) -> None:
+    """Deletes the ephemeral nodes a killed run left in the metadata store (localdev/java/DropStaleEphemerals:
+    without this a SIGKILLed standalone restarted on its data can hang on its bookie's registration lock)."""
+    done = subprocess.run(["java", "-cp", str(home / "lib" / "*"), str(Path(__file__).parent / "java" /
+                           "DropStaleEphemerals.java"), str(cluster.metadata_dir)],
+                          check=True, capture_output=True, text=True, timeout=120)
+    log.info("%s: %s", cluster.name, done.stdout.strip() or "metadata checked")
 
 
 def _wait_healthy(clusters: list[LocalCluster], timeout_s: float) -> None:
@@ -309,6 +321,19 @@ def start_clusters(clusters: list[LocalCluster], *, fresh: bool = False, timeout
         raise
     register_each_other(clusters)
     return clusters
+
+
+def kill_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGKILLs each cluster's whole process group at once (a crash: no clean shutdown of broker or bookie)."""
+    for cluster in clusters:
+        pid = _read_pid(cluster)
+        if pid is not None:
+            signal_group(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout_s
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        cluster.pid_file.unlink(missing_ok=True)
+        log.info("%s: killed", cluster.name)
 
 
 def stop_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIMEOUT_S) -> None:

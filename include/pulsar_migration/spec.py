@@ -88,6 +88,11 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                     "description": "pulsar:// or pulsar+ssl:// broker service URL.",
                                     "type": "string"},
                     "token_env": {"title": "Token variable", **_TOKEN_ENV},
+                    "listener_name": {
+                        "title": "Listener name",
+                        "description": "The broker `advertisedListeners` entry clients connect through (a cluster "
+                                       "reached over NAT, a load balancer or a proxy port); null = its internal one.",
+                        "type": ["string", "null"], "default": None, "pattern": r"^[A-Za-z0-9_.-]+$"},
                     "tls": {
                         "title": "TLS",
                         "description": "TLS settings for admin and client connections; null = defaults "
@@ -266,13 +271,15 @@ class ClusterSpec:
     service_url: str
     token_env: str | None = None
     tls: TlsSpec | None = None
+    listener_name: str | None = None
 
     @classmethod
     def from_entry(cls, name: str, entry: Mapping[str, Any]) -> ClusterSpec:
-        """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env, tls)."""
+        """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env, tls, listener_name)."""
         tls = entry.get("tls")
         return cls(name=name, admin_url=entry["admin_url"], service_url=entry["service_url"],
-                   token_env=entry.get("token_env"), tls=TlsSpec(**tls) if tls is not None else None)
+                   token_env=entry.get("token_env"), tls=TlsSpec(**tls) if tls is not None else None,
+                   listener_name=entry.get("listener_name"))
 
     def token(self) -> str | None:
         """The token from the environment (None without auth); SpecError when the variable is unset."""
@@ -312,6 +319,8 @@ class ClusterSpec:
         kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         if token:
             kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))
+        if self.listener_name:
+            kwargs.setdefault("listener_name", self.listener_name)
         if self.tls:
             kwargs.setdefault("tls_allow_insecure_connection", self.tls.allow_insecure)
             if self.tls.trust_certs_file:
@@ -323,8 +332,12 @@ class ClusterSpec:
         return pulsar.Client(url or self.service_url, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"admin_url": self.admin_url, "service_url": self.service_url, "token_env": self.token_env,
-                "tls": self.tls.to_dict() if self.tls else None}
+        entry: dict[str, Any] = {"admin_url": self.admin_url, "service_url": self.service_url,
+                                 "token_env": self.token_env,
+                                 "tls": self.tls.to_dict() if self.tls else None}
+        if self.listener_name:  # only when set: a spec without one keeps the hash its run directories record
+            entry["listener_name"] = self.listener_name
+        return entry
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,16 @@ tests ever overlap (the test suite runs modules on parallel workers):
 * sync_progress from a source broker with `acknowledgmentAtBatchIndexLevelEnabled=true`: what the README
   claims is carried exactly (markDelete and whole acked entries) and what is not (messages acked inside a
   partly acked batch are delivered again; nothing lost);
-* replicate_topics to a target that goes away mid-run: one clear line, exit 1, and a re-run heals."""
+* replicate_topics from or to a cluster SIGKILLed mid-run: one clear line, exit 1, and a re-run heals;
+* a whole migration to a target reached through a fault-injecting proxy (latency, every connection cut again
+  and again): bounded retries carry it through exactly; a proxy that refuses everything gives one line."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import random
 import shutil
 import threading
 import time
@@ -22,6 +26,7 @@ from pathlib import Path
 import pulsar
 import pytest
 from localdev import processes, pulsar_local
+from localdev.faulty_proxy import FaultyProxy
 from localdev.pulsar_local import LocalCluster, LocalClusterError
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
@@ -65,9 +70,17 @@ def test_cli_reports_errors_in_one_line(capsys: pytest.CaptureFixture[str]) -> N
 BATCHES, BATCH = 100, 10
 
 
+# cluster-c also advertises a second listener whose port is the fault-injecting proxy's: a client that asks for
+# it (the spec's listener_name) reaches the broker only through the proxy, lookups and data alike.
+PROXIED_LISTENER = "proxied"
+PROXY_WEB_PORT, PROXY_BROKER_PORT = 18083, 16653
+
+
 def start_cluster_c() -> None:
     variable = "PM_PULSAR_CONF_CLUSTER_C"
-    os.environ[variable] = "acknowledgmentAtBatchIndexLevelEnabled=true"
+    os.environ[variable] = (
+        "acknowledgmentAtBatchIndexLevelEnabled=true,advertisedAddress=,internalListenerName=internal,"
+        f"advertisedListeners=internal:pulsar://127.0.0.1:6653,{PROXIED_LISTENER}:pulsar://127.0.0.1:{PROXY_BROKER_PORT}")
     try:
         pulsar_local.start(3)
     finally:
@@ -151,11 +164,12 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
 
 
 @pytest.mark.parametrize("gone", ["target", "source"])
-def test_a_cluster_stopped_mid_copy_fails_with_one_line_and_a_rerun_heals(
+def test_a_cluster_killed_mid_copy_fails_with_one_line_and_a_rerun_heals(
         batch_index_cluster: LocalCluster, cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
         tmp_path: Path, gone: str) -> None:
-    """cluster-c's broker is stopped while replicate_topics copies to it (target) or from it (source), then
-    started again on its data: the run fails with one line, the re-run copies exactly what is missing."""
+    """cluster-c's broker and bookie are SIGKILLed while replicate_topics copies to it (target) or from it
+    (source), then started again on its data: the run fails with one line, the re-run copies exactly what is
+    missing."""
     from tests.integration.replication_helpers import drain as read_all
     from tests.integration.replication_helpers import replicate_report
     from tests.integration.test_replicate_topics import SLOW_COPY, produce_unbatched
@@ -189,7 +203,7 @@ def test_a_cluster_stopped_mid_copy_fails_with_one_line_and_a_rerun_heals(
                 pass
             time.sleep(0.05)
         assert copier.is_alive(), "the copy ended before cluster-c could be taken away"
-        pulsar_local.stop_clusters([batch_index_cluster])  # cluster-c goes away mid-copy
+        pulsar_local.kill_clusters([batch_index_cluster])  # cluster-c crashes mid-copy (SIGKILL, no shutdown)
         copier.join(300)
         assert result["code"] == 1
         error = replicate_report(run_dir)["error"]
@@ -208,6 +222,130 @@ def test_a_cluster_stopped_mid_copy_fails_with_one_line_and_a_rerun_heals(
                     admin.delete(f"/tenants/{tenant}", params={"force": "true"})
             admin.close()
         admin_src.close()
+
+
+PROXY_TOPICS = {"ns/parts": 2, "ns/single": 0}
+PROXY_SUBSCRIPTIONS = {"shared": (pulsar.ConsumerType.Shared, "random"),
+                       "failover": (pulsar.ConsumerType.Failover, "cumulative")}
+PROXY_MESSAGES = 6_000  # per topic
+PROXY_LATENCY_S = 0.005  # each chunk, each way
+CUT_EVERY_S = 1.0
+
+
+@pytest.fixture
+def proxies(batch_index_cluster: LocalCluster) -> Iterator[tuple[FaultyProxy, FaultyProxy]]:
+    with (FaultyProxy(PROXY_WEB_PORT, batch_index_cluster.web_port, latency_s=PROXY_LATENCY_S) as web,
+          FaultyProxy(PROXY_BROKER_PORT, batch_index_cluster.broker_port, latency_s=PROXY_LATENCY_S) as broker):
+        yield web, broker
+
+
+def proxied_spec(path: Path, tenant: str, source: LocalCluster, target: LocalCluster) -> Path:
+    """A spec that reaches `target` only through the proxies: admin calls, lookups and message traffic."""
+    from tests.integration.test_replicate_topics import SLOW_COPY
+
+    doc = json.loads(write_spec(path, tenant, source, target, options=SLOW_COPY).read_text())
+    doc["clusters"][target.name].update(admin_url=f"http://127.0.0.1:{PROXY_WEB_PORT}",
+                                        service_url=f"pulsar://127.0.0.1:{PROXY_BROKER_PORT}",
+                                        listener_name=PROXIED_LISTENER)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_migration_through_slow_and_cut_connections_is_exact_and_a_dead_link_gives_one_line(
+        batch_index_cluster: LocalCluster, cluster_a: LocalCluster, spark: SparkSession, tmp_path: Path,
+        proxies: tuple[FaultyProxy, FaultyProxy]) -> None:
+    """sync_metadata, replicate_topics and sync_progress to cluster-c through a proxy that delays every chunk
+    and resets every open connection each second: the admin client's bounded retries and the Pulsar client's
+    reconnects carry each step through, and the target is exact (every partition in order, every subscription
+    draining the same). Then the proxy refuses all connections (admin and broker port, then only the broker
+    port): the step fails with one line naming the cluster, exit 1, and nothing more reaches the target."""
+    from tests.integration.replication_helpers import drain as read_all
+    from tests.integration.replication_helpers import replicate_report
+    from tests.integration.test_sync_progress import ack_pattern, drains_differ, subscribe
+
+    web, broker = proxies
+    source, target = cluster_a, batch_index_cluster
+    admin_a = PulsarAdmin(source.admin_url, name=source.name)
+    admin_c = PulsarAdmin(target.admin_url, name=target.name)
+    tenant = unique("it-proxied")
+    try:
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
+        admin_a.put(f"/namespaces/{tenant}/ns")
+        for name, count in PROXY_TOPICS.items():
+            admin_a.put(f"/persistent/{tenant}/{name}" + ("/partitions" if count else ""), count or None)
+        c = client(source)
+        consumers = {(topic, sub): subscribe(c, f"persistent://{tenant}/{topic}", sub, kind)
+                     for topic in PROXY_TOPICS for sub, (kind, _) in PROXY_SUBSCRIPTIONS.items()}
+        for topic in PROXY_TOPICS:
+            producer = c.create_producer(f"persistent://{tenant}/{topic}", batching_enabled=True,
+                                         batching_max_messages=10, batching_max_publish_delay_ms=10,
+                                         block_if_queue_full=True)
+            for i in range(PROXY_MESSAGES):
+                producer.send_async(f"{topic}-{i}".encode(), None, partition_key=f"k{i % 13}")
+            producer.flush()
+        rng = random.Random(11)
+        for (_, sub), consumer in consumers.items():
+            ack_pattern(consumer, PROXY_SUBSCRIPTIONS[sub][1], rng)
+            consumer.close()
+        c.close()
+
+        spec = proxied_spec(tmp_path / "spec.json", tenant, source, target)
+        run_dir = tmp_path / "run"
+        args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+        with web.cutting(CUT_EVERY_S), broker.cutting(CUT_EVERY_S):
+            assert run_step("sync_metadata", sync_metadata, args) == 0
+            assert replicate(spec, run_dir) == 0
+            assert sync(spec, run_dir) == 0
+        faults = {"web": web.counters.snapshot(), "broker": broker.counters.snapshot()}
+        assert faults["web"]["cut"] > 0 and faults["broker"]["cut"] > 0, faults  # the faults really happened
+        assert progress_report(run_dir)["counts"]["lost"] == 0 == progress_report(run_dir)["counts"]["duplicated"]
+
+        topics = [f"persistent://{tenant}/{t}" + (f"-partition-{p}" if n else "")
+                  for t, n in PROXY_TOPICS.items() for p in range(max(n, 1))]
+        for topic in topics:
+            copied = [m["data"] for m in read_all(target, topic)]
+            assert copied == [m["data"] for m in read_all(source, topic)], topic
+        differences, drained = drains_differ(source, target, tenant, PROXY_SUBSCRIPTIONS, list(PROXY_TOPICS))
+        assert differences == {} and drained > 0
+
+        def stored() -> int:
+            return sum(admin_c.get(f"/persistent/{t.split('://', 1)[1]}/stats")["msgInCounter"] for t in topics)
+
+        produce_more = client(source)
+        for topic in PROXY_TOPICS:
+            producer = produce_more.create_producer(f"persistent://{tenant}/{topic}", batching_enabled=False)
+            for i in range(50):
+                producer.send(f"{topic}-after-{i}".encode())
+        produce_more.close()
+        before = stored()
+        # Only the single topic where only the broker port is dead: each partition waits out the client's
+        # operation timeout (30 s) before it gives up.
+        single = json.loads(spec.read_text())
+        single["topics"] = {"include": ["^ns/single$"], "exclude": []}
+        (tmp_path / "single.json").write_text(json.dumps(single))
+        for dead, dead_spec, dead_run in (((web, broker), spec, run_dir),
+                                          ((broker,), tmp_path / "single.json", tmp_path / "single-run")):
+            for proxy in dead:
+                proxy.refusing = True
+                proxy.cut_all()
+            started = time.monotonic()
+            assert replicate(dead_spec, dead_run) == 1
+            error = replicate_report(dead_run)["error"]
+            elapsed = time.monotonic() - started
+            print(f"dead link {[p.listen_port for p in dead]}: failed after {elapsed:.1f}s: {error}")
+            assert "\n" not in error and target.name in error, (error, elapsed)
+            assert stored() == before
+            for proxy in dead:
+                proxy.refusing = False
+        assert replicate(spec, run_dir) == 0  # the link is back: the copy finishes
+        for topic in topics:
+            assert [m["data"] for m in read_all(target, topic)] == [m["data"] for m in read_all(source, topic)]
+    finally:
+        for admin in (admin_a, admin_c):
+            with contextlib.suppress(Exception):
+                if tenant in admin.get("/tenants"):
+                    admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            admin.close()
 
 
 def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_index_cluster: LocalCluster) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from localdev.pulsar_local import LocalClusterError, local_clusters, render_config
+from localdev.pulsar_local import LocalClusterError, extra_overrides, local_clusters, render_config
 
 
 def test_clusters_get_distinct_names_and_ports_never_8080() -> None:
@@ -27,3 +27,11 @@ def test_render_config_replaces_existing_keys_and_appends_missing_ones() -> None
 def test_cluster_count_is_bounded() -> None:
     with pytest.raises(LocalClusterError):
         local_clusters(0)
+
+
+def test_per_instance_settings_may_hold_commas(monkeypatch: pytest.MonkeyPatch) -> None:
+    listeners = "internal:pulsar://127.0.0.1:6653,proxied:pulsar://127.0.0.1:16653"
+    monkeypatch.setenv("PM_PULSAR_CONF_CLUSTER_C",
+                       f"a.b=1, advertisedListeners={listeners},advertisedAddress=")
+    assert extra_overrides(local_clusters(3)[2]) == {"a.b": "1", "advertisedListeners": listeners,
+                                                     "advertisedAddress": ""}

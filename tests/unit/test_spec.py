@@ -351,3 +351,15 @@ def test_cli_runs_as_a_module(spec_dict: dict[str, Any], write_spec: Callable[..
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr == "error: spec: source 'cluster-x' is not one of clusters (cluster-a, cluster-b)\n"
+
+
+def test_listener_name_round_trips_and_only_appears_when_set(spec_dict: dict[str, Any]) -> None:
+    plain = MigrationSpec.from_dict(spec_dict)
+    assert "listener_name" not in plain.to_dict()["clusters"]["cluster-b"]  # hashes of older runs stay valid
+    spec_dict["clusters"]["cluster-b"]["listener_name"] = "external"
+    spec = MigrationSpec.from_dict(spec_dict)
+    assert spec.target_cluster.listener_name == "external"
+    assert MigrationSpec.from_dict(spec.to_dict()) == spec and spec.spec_hash() != plain.spec_hash()
+    spec_dict["clusters"]["cluster-b"]["listener_name"] = "no spaces"
+    with pytest.raises(SpecError, match="listener_name"):
+        MigrationSpec.from_dict(spec_dict)

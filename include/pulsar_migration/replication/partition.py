@@ -95,19 +95,26 @@ class PartitionOutcome:
 
 # -- target side ----------------------------------------------------------------------------------
 
+def last_position(admin: PulsarAdmin, topic: str) -> Position | None:
+    """The entry of the topic's last message (None: empty)."""
+    last = admin.last_message_id(topic)
+    if int(last.get("entryId", -1)) < 0 or int(last.get("ledgerId", -1)) < 0:
+        return None
+    return Position(int(last["ledgerId"]), int(last["entryId"]))
+
+
 def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Position | None = None,
                 map_source: Position | None = None) -> SourceTag | None:
     """The source position of the target's last message (None: the target partition is empty). When that
     message is the position map's last target entry, the map says where it came from: a rollback's reverse
     map ends at the source's own messages, which carry no tag."""
-    last = admin.last_message_id(topic)
-    if int(last.get("entryId", -1)) < 0 or int(last.get("ledgerId", -1)) < 0:
+    entry = last_position(admin, topic)
+    if entry is None:
         return None
-    entry = Position(int(last["ledgerId"]), int(last["entryId"]))
     if map_target is not None and map_source is not None and entry == map_target:
         return SourceTag(map_source, -1, 0)
     tag: SourceTag | None = None
-    for message, info in read_range(client, topic, None, entry, inclusive_start=entry):
+    for message, info in read_range(client, topic, None, entry, inclusive_start=entry, cluster=admin.name):
         if info.position != entry:
             continue
         text = message.properties().get(SOURCE_TAG_PROPERTY)
@@ -137,10 +144,12 @@ class TargetScan:
 
 
 def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
-                       sent_after: Position | None) -> TargetScan:
-    """Reads the target partition after `after`: content hash, one map row per entry, the entry-shape check
-    (each target entry = one source entry, same messages in the same order), and the digest of
-    (source entry, target entry) pairs for entries sent after `sent_after`."""
+                       sent_after: Position | None, end: Position | None = None,
+                       unreceipted: frozenset[Position] = frozenset(), cluster: str | None = None) -> TargetScan:
+    """Reads the target partition after `after` (up to at least `end`, its last entry when known): content
+    hash, one map row per entry, the entry-shape check (each target entry = one source entry, same messages in
+    the same order), and the digest of (source entry, target entry) pairs for entries sent after `sent_after`
+    that got a receipt naming their target entry (not those in `unreceipted`)."""
     scan = TargetScan()
     current: _Entry | None = None
 
@@ -161,10 +170,10 @@ def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
                      target_first_chunk=str(entry.target.first_chunk) if entry.target.first_chunk else None,
                      source_publish_time=entry.publish_time, mode="copy")
         scan.rows.append(row)
-        if sent_after is None or entry.tag.position > sent_after:
+        if (sent_after is None or entry.tag.position > sent_after) and entry.tag.position not in unreceipted:
             scan.pairs.add(entry.tag.position, entry.target.position)
 
-    for message, info in read_range(client, job.topic, after):
+    for message, info in read_range(client, job.topic, after, expect_end=end, cluster=cluster):
         new_entry = current is None or info.position != current.target.position
         scan.content.add(message, new_entry=new_entry)
         props = message.properties()
@@ -397,7 +406,8 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     sender = None if dry_run else EntrySender(
         tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
         deliver_at_for=delivery_time_lookup(headers_of, delivery_horizon_s, outcome),
-        on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None)
+        on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None,
+        cluster=tgt_admin.name)
     wanted = headers_wanted(delivery_horizon_s, keep_identity=job.keep_identity)
 
     def prefetch(message: Any, info: MessageIdInfo) -> None:
@@ -407,7 +417,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
 
     try:
         if job.upper is not None:
-            entries = read_range(src_client, job.topic, map_source, job.upper)
+            entries = read_range(src_client, job.topic, map_source, job.upper, cluster=src_admin.name)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if resume_after is not None and info.position <= resume_after:
@@ -439,7 +449,9 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         return []
 
     started = time.monotonic()
-    scan = scan_copied_target(tgt_client, job, map_target, resume_after)
+    deduplicated = frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset()
+    scan = scan_copied_target(tgt_client, job, map_target, resume_after, last_position(tgt_admin, job.topic),
+                              deduplicated, tgt_admin.name)
     outcome.verify_s = round(time.monotonic() - started, 3)
     outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
     outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest

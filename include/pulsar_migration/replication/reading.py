@@ -15,6 +15,9 @@ READ_POLL_MS = 500
 # A reader that keeps saying "more is available" without delivering anything is stuck (e.g. the topic
 # was deleted under it): give up after this long.
 STALL_LIMIT_S = 60.0
+# How long a reader's "no more" must hold before an expected end is reached (a reconnect takes well under it).
+END_CONFIRM_S = 10.0
+RETRY_PAUSE_S = 0.2
 RECEIVER_QUEUE = 2000
 
 
@@ -23,40 +26,72 @@ class ReadError(RuntimeError):
 
 
 def read_range(client: Any, topic: str, after: Position | None, until: Position | None = None,
-               *, inclusive_start: Position | None = None) -> Iterator[tuple[Any, MessageIdInfo]]:
+               *, inclusive_start: Position | None = None,
+               expect_end: Position | None = None, cluster: str | None = None
+               ) -> Iterator[tuple[Any, MessageIdInfo]]:
     """Messages of `topic` whose entry is > `after` and <= `until` (None: up to the end the broker
     reports when the reader runs dry), in order, with their parsed ids.
 
     The reader starts at `after`'s entry inclusive and drops what is <= `after` itself: a start
     *after* a batched entry is not expressible by position alone. `inclusive_start` starts earlier.
+
+    A reader whose connection was just cut can say "no more" too early and deliver a message again after it
+    reconnects. So a message at or before one already read is dropped, and "no more" is believed before an
+    entry at or past `expect_end` (default `until`) was read only once it has held for END_CONFIRM_S; then
+    the range ends there and the caller's counts and hashes judge it. Errors name `cluster` when given.
     """
     import pulsar
 
     start_at = inclusive_start or after
     start = pulsar.MessageId(-1, start_at.ledger, start_at.entry, -1) if start_at else pulsar.MessageId.earliest
+    end = expect_end if expect_end is not None else until
+    where = f"{topic} in cluster {cluster}" if cluster else topic
     try:
         reader = client.create_reader(topic, start, start_message_id_inclusive=True,
                                       receiver_queue_size=RECEIVER_QUEUE)
     except Exception as exc:
-        raise ReadError(f"cannot read {topic}: {exc}") from exc
+        raise ReadError(f"cannot read {where}: {exc}") from exc
     try:
         stalled_since: float | None = None
+        dry_since: float | None = None
+        failing_since: float | None = None
+        last_read: tuple[int, int, int] | None = None
         while True:
             # Asked before every read, not after a timed-out one: the client answers from the broker's last
             # id it has cached while that is ahead, so only the end costs a round trip, never a poll wait.
-            if not _more_available(reader, topic):
-                return
+            try:
+                more = bool(reader.has_message_available())
+                failing_since = None
+            except Exception as exc:  # e.g. NotConnected while the client reconnects: bounded retry
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > END_CONFIRM_S:
+                    raise ReadError(f"reading {where} failed: {exc}") from exc
+                time.sleep(RETRY_PAUSE_S)
+                continue
+            if not more:
+                if end is None or (last_read is not None and Position(*last_read[:2]) >= end):
+                    return
+                dry_since = dry_since or time.monotonic()
+                if time.monotonic() - dry_since > END_CONFIRM_S:
+                    log.warning("%s: the reader found nothing after %s for %.0fs though the range ends at %s",
+                                topic, last_read, END_CONFIRM_S, end)
+                    return
             try:
                 message = reader.read_next(READ_POLL_MS)
             except pulsar.Timeout:
-                stalled_since = stalled_since or time.monotonic()
-                if time.monotonic() - stalled_since > STALL_LIMIT_S:
-                    raise ReadError(f"reading {topic} stalled for {STALL_LIMIT_S:.0f}s") from None
+                if more:
+                    stalled_since = stalled_since or time.monotonic()
+                    if time.monotonic() - stalled_since > STALL_LIMIT_S:
+                        raise ReadError(f"reading {where} stalled for {STALL_LIMIT_S:.0f}s") from None
                 continue
             except Exception as exc:
-                raise ReadError(f"reading {topic} failed: {exc}") from exc
-            stalled_since = None
+                raise ReadError(f"reading {where} failed: {exc}") from exc
+            stalled_since = dry_since = None
             info = MessageIdInfo.of(message.message_id())
+            read_id = (info.ledger, info.entry, info.batch_index)
+            if last_read is not None and read_id <= last_read:
+                continue  # delivered again after a reconnect
+            last_read = read_id
             position = info.position
             if after is not None and position <= after:
                 continue
@@ -68,10 +103,3 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             reader.close()
         except Exception:  # closing a reader of a deleted topic may fail; the result is already known
             log.debug("closing reader of %s failed", topic, exc_info=True)
-
-
-def _more_available(reader: Any, topic: str) -> bool:
-    try:
-        return bool(reader.has_message_available())
-    except Exception as exc:
-        raise ReadError(f"reading {topic} failed: {exc}") from exc

@@ -97,6 +97,9 @@ class SendStats:
     entries: int = 0
     bytes: int = 0
     deduplicated: int = 0
+    # Source entries whose send the target's dedup answered as a duplicate (a re-send after a cut connection
+    # of an entry an earlier attempt stored): their receipt names no target entry.
+    deduplicated_sources: set[Position] = field(default_factory=set)
     delayed: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -113,9 +116,11 @@ class EntrySender:
     def __init__(self, client: Any, topic: str, *, max_in_flight: int,
                  schema_for: Callable[[int], Any], deliver_at_for: Callable[[Any, MessageIdInfo], int | None],
                  on_receipt: Callable[[SourceTag, MessageIdInfo], None],
-                 identity_for: Callable[[Any, MessageIdInfo], tuple[str, int]] | None = None) -> None:
+                 identity_for: Callable[[Any, MessageIdInfo], tuple[str, int]] | None = None,
+                 cluster: str | None = None) -> None:
         self.client = client
         self.topic = topic
+        self.where = f"{topic} in cluster {cluster}" if cluster else topic  # for error lines
         self.stats = SendStats()
         self._inflight = InFlight(max_in_flight)
         self._max_pending = max(2 * max_in_flight, 1000)
@@ -150,7 +155,7 @@ class EntrySender:
             try:
                 producer = self.client.create_producer(self.topic, **kwargs)
             except Exception as exc:
-                raise SendError(f"cannot create producer on {self.topic}: {exc}") from exc
+                raise SendError(f"cannot create producer on {self.where}: {exc}") from exc
             self._producers[key] = producer
         return producer
 
@@ -216,12 +221,13 @@ class EntrySender:
         try:
             if result != _pulsar.Result.Ok:
                 with self._lock:
-                    self.stats.errors.append(f"send to {self.topic} failed: {result}")
+                    self.stats.errors.append(f"send to {self.where} failed: {result}")
                 return
             target = MessageIdInfo.of(message_id)
             if target.ledger < 0:  # the broker's dedup recognised a re-send
                 with self._lock:
                     self.stats.deduplicated += messages
+                    self.stats.deduplicated_sources.add(tag.position)
                 return
             self._on_receipt(tag, target)
         except Exception as exc:  # never let an exception escape into the client's thread
@@ -235,7 +241,7 @@ class EntrySender:
 
         if result != _pulsar.Result.Ok:
             with self._lock:
-                self.stats.errors.append(f"flush to {self.topic} failed: {result}")
+                self.stats.errors.append(f"flush to {self.where} failed: {result}")
 
     def raise_if_failed(self) -> None:
         if self.stats.errors:
@@ -244,7 +250,7 @@ class EntrySender:
     def drain(self, timeout_s: float = SEND_TIMEOUT_MS / 1000 + 30) -> None:
         """Waits until the target acknowledged everything sent so far."""
         if not self._inflight.wait_empty(timeout_s):
-            raise SendError(f"{self._inflight.count} message(s) to {self.topic} unacknowledged after {timeout_s:.0f}s")
+            raise SendError(f"{self._inflight.count} message(s) to {self.where} unacknowledged after {timeout_s:.0f}s")
         self.raise_if_failed()
 
     def close(self) -> None:
