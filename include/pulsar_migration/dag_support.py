@@ -81,13 +81,16 @@ def cluster_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
     if not extra.get("service_url"):
         raise ValueError(f"connection {conn.conn_id}: extra.service_url (pulsar://host:port) is missing")
     admin_url = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
-    return str(extra.get("cluster_name") or conn.conn_id), {
+    entry = {
         "admin_url": admin_url,
         "service_url": extra["service_url"],
         # Named only when the connection holds a token, so an open cluster needs no variable at all.
         "token_env": token_env_name(conn.conn_id) if conn.password else None,
         "tls": extra.get("tls"),
     }
+    if extra.get("listener_name"):
+        entry["listener_name"] = extra["listener_name"]
+    return str(extra.get("cluster_name") or conn.conn_id), entry
 
 
 def clusters_json(conns: Iterable[Any]) -> str:

@@ -51,6 +51,14 @@ def test_spec_document_maps_params_and_connections() -> None:
     assert "s3cret-token" not in json.dumps(doc)
 
 
+def test_a_connection_may_name_the_broker_listener() -> None:
+    behind_nat = Conn("pulsar_cluster_b", port=8082, extra_dejson={
+        "cluster_name": "cluster-b", "service_url": "pulsar://gw.example.com:16652", "listener_name": "external"})
+    doc = spec_document(PARAMS, A, behind_nat)
+    assert doc["clusters"]["cluster-b"]["listener_name"] == "external"
+    assert MigrationSpec.from_dict(doc).target_cluster.listener_name == "external"
+
+
 def test_spec_document_defaults_for_absent_optional_params() -> None:
     doc = spec_document({"tenant": "acme"}, A, B)
     assert doc["namespaces"] is None and doc["topics"] == {"include": [".*"], "exclude": []}

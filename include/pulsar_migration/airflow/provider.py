@@ -38,6 +38,10 @@ def get_provider_info() -> dict[str, Any]:
                                 "description": "Binary protocol URL clients use, pulsar://host:6650 or "
                                                "pulsar+ssl://host:6651.",
                                 "schema": {"type": ["string", "null"]}},
+                "listener_name": {"label": "Listener name",
+                                  "description": "The broker advertisedListeners entry to connect through (a "
+                                                 "cluster behind NAT or a load balancer). Empty: the internal one.",
+                                  "schema": {"type": ["string", "null"]}},
                 "tls": {"label": "TLS",
                         "description": 'For https/pulsar+ssl, e.g. {"trust_certs_file": "/etc/pulsar/ca.pem"}; keys: '
                                        "trust_certs_file, allow_insecure, cert_file, key_file. Empty: no TLS "
