@@ -86,6 +86,6 @@ def test_cut_all_resets_open_connections(echo_port: int) -> None:
 def test_refusing_resets_each_new_connection(echo_port: int) -> None:
     with FaultyProxy(free_port(), echo_port) as proxy:
         proxy.refusing = True
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises((ConnectionResetError, BrokenPipeError, OSError)):  # which one depends on timing
             roundtrip(proxy.listen_port, b"x")
         assert proxy.counters.snapshot()["refused"] == 1

@@ -27,6 +27,7 @@ CONSUMER_NAME = "pulsar-migration-sync-progress"
 ACK_TIMEOUT_S = 120.0
 ACK_MAX_IN_FLIGHT = 10_000
 VERIFY_ATTEMPTS = 4  # acks travel asynchronously: a readback right after the consumer closed may trail
+APPLY_ROUNDS = 4  # a subscription still differing after a read-back is set again (acks lost on a cut link)
 
 
 class ProgressError(RuntimeError):
