@@ -17,6 +17,8 @@ from urllib.parse import quote
 import requests
 import requests.adapters
 
+from pulsar_migration.positions import Position
+
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -170,6 +172,12 @@ class PulsarAdmin:
     def last_message_id(self, topic: str) -> dict[str, Any]:
         """`{ledgerId, entryId, batchIndex, ...}` of the topic's last message (entryId -1: none yet)."""
         return dict(self.get(f"{self.topic_path(topic)}/lastMessageId"))
+
+    def last_entry(self, topic: str) -> Position | None:
+        """The entry of the topic's last message (None: the topic holds none)."""
+        last = self.last_message_id(topic)
+        ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
+        return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
 
     def entry_headers(self, topic: str, ledger: int, entry: int) -> dict[str, str]:
         """The `X-Pulsar-*` metadata headers of one stored entry (one broker read of the entry)."""

@@ -82,12 +82,6 @@ def first_at_or_after(admin: PulsarAdmin, topic: str, timestamp_ms: int) -> Posi
     return Position(int(found["ledgerId"]), int(found["entryId"]))
 
 
-def last_entry(admin: PulsarAdmin, topic: str) -> Position | None:
-    last = admin.last_message_id(topic)
-    ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
-    return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
-
-
 def entry_before(admin: PulsarAdmin, topic: str, position: Position) -> Position | None:
     """The entry just before `position` (None: there is none). Within a ledger that is entry - 1; at a
     ledger's first entry it is the last entry of the closest earlier ledger that holds any."""
@@ -104,7 +98,7 @@ def entry_before(admin: PulsarAdmin, topic: str, position: Position) -> Position
 
 def window_range(admin: PulsarAdmin, topic: str, local: str, partition: int, window: Window) -> WindowRange:
     """The partition's entries of the window, bounded by the partition's last entry now."""
-    last = last_entry(admin, topic)
+    last = admin.last_entry(topic)
     if last is None:
         return WindowRange(topic, local, partition, None, None)
     first = first_at_or_after(admin, topic, window.start_ms)

@@ -86,7 +86,7 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         # What the target held before: the first arrival is timed from the first change that can start a
         # replicator (on 4.0.8 the policy change alone does, with a cursor created just before).
-        baseline = dict(zip([j.topic for j in jobs], pool.map(lambda j: _last_entry(tgt_admin, j.topic), jobs),
+        baseline = dict(zip([j.topic for j in jobs], pool.map(lambda j: tgt_admin.last_entry(j.topic), jobs),
                             strict=True))
         enabled_at = 0.0
         for ns, ns_jobs in sorted(by_ns.items()):
@@ -190,12 +190,6 @@ def _unselected_topics(admin: PulsarAdmin, spec: MigrationSpec, ns: str, jobs: l
     return sorted(names)
 
 
-def _last_entry(admin: PulsarAdmin, topic: str) -> Position | None:
-    last = admin.last_message_id(topic)
-    ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
-    return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
-
-
 def replicated_position(headers: dict[str, str]) -> Position | None:
     """The source position a target entry was replicated from (its entry metadata), None if not replicated."""
     try:
@@ -218,7 +212,7 @@ def _caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdm
     status["connected"] = stats.get("connected")
     if job.upper is None or (job.map_end is not None and job.map_end[1] >= job.upper):
         return True
-    last = _last_entry(tgt_admin, job.topic)
+    last = tgt_admin.last_entry(job.topic)
     status["target_last"] = str(last) if last else None
     if last is not None:
         source = replicated_position(tgt_admin.entry_headers(job.topic, last.ledger, last.entry))

@@ -95,20 +95,12 @@ class PartitionOutcome:
 
 # -- target side ----------------------------------------------------------------------------------
 
-def last_position(admin: PulsarAdmin, topic: str) -> Position | None:
-    """The entry of the topic's last message (None: empty)."""
-    last = admin.last_message_id(topic)
-    if int(last.get("entryId", -1)) < 0 or int(last.get("ledgerId", -1)) < 0:
-        return None
-    return Position(int(last["ledgerId"]), int(last["entryId"]))
-
-
 def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Position | None = None,
                 map_source: Position | None = None) -> SourceTag | None:
     """The source position of the target's last message (None: the target partition is empty). When that
     message is the position map's last target entry, the map says where it came from: a rollback's reverse
     map ends at the source's own messages, which carry no tag."""
-    entry = last_position(admin, topic)
+    entry = admin.last_entry(topic)
     if entry is None:
         return None
     if map_target is not None and map_source is not None and entry == map_target:
@@ -450,7 +442,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
 
     started = time.monotonic()
     deduplicated = frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset()
-    scan = scan_copied_target(tgt_client, job, map_target, resume_after, last_position(tgt_admin, job.topic),
+    scan = scan_copied_target(tgt_client, job, map_target, resume_after, tgt_admin.last_entry(job.topic),
                               deduplicated, tgt_admin.name)
     outcome.verify_s = round(time.monotonic() - started, 3)
     outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries

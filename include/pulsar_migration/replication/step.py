@@ -134,11 +134,9 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     def job(item: tuple[str, str, int]) -> PartitionJob | None:
         topic, local, index = item
         try:
-            last = src_admin.last_message_id(topic)
+            upper = src_admin.last_entry(topic)
         except NotFound:
             raise ReplicationError(f"partition {topic} does not exist on the source {spec.source}") from None
-        upper = Position(int(last["ledgerId"]), int(last["entryId"])) if int(last.get("entryId", -1)) >= 0 \
-            and int(last.get("ledgerId", -1)) >= 0 else None
         end = ends.get(topic)
         map_end: Any = (end.target, end.source) if end else None
         if bound is not None:
