@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import quote
 import requests
 import requests.adapters
 
+from pulsar_migration.keepalive_get import KeepAliveGetter, tls_context
 from pulsar_migration.positions import Position
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,9 @@ class PulsarAdmin:
         self.credential = credential or ("the token" if token else "no token")
         self.timeout_s = timeout_s
         self.retries = retries
+        self._tls = tls
+        self._getter: KeepAliveGetter | None = None
+        self._getter_lock = threading.Lock()
         self._session = requests.Session()
         # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
         # alive instead of the default 10, which would reconnect on every call beyond that.
@@ -100,6 +105,8 @@ class PulsarAdmin:
 
     def close(self) -> None:
         self._session.close()
+        if self._getter is not None:
+            self._getter.close()
 
     # -- transport -------------------------------------------------------------------------------
 
@@ -181,8 +188,23 @@ class PulsarAdmin:
 
     def entry_headers(self, topic: str, ledger: int, entry: int) -> dict[str, str]:
         """The `X-Pulsar-*` metadata headers of one stored entry (one broker read of the entry)."""
-        resp = self.request("GET", f"{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}", raw_response=True)
-        return {k: v for k, v in resp.headers.items() if k.lower().startswith("x-pulsar-")}
+        path = f"/admin/v2{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
+        answer = self._kept_alive().get(path)
+        # No answer or an error status: the full path retries and raises the typed error.
+        headers = answer[1] if answer is not None else self.request("GET", path, raw_response=True).headers
+        return {k: v for k, v in headers.items() if k.lower().startswith("x-pulsar-")}
+
+    def _kept_alive(self) -> KeepAliveGetter:
+        with self._getter_lock:
+            if self._getter is None:
+                self._getter = self._new_getter()
+            return self._getter
+
+    def _new_getter(self) -> KeepAliveGetter:
+        tls = self._tls or TlsSettings()
+        context = tls_context(tls.verify, tls.cert_file, tls.key_file) if self.admin_url.startswith("https:") else None
+        auth = self._session.headers.get("Authorization")
+        return KeepAliveGetter(self.admin_url, {"Authorization": str(auth)} if auth else {}, self.timeout_s, context)
 
     # -- clusters --------------------------------------------------------------------------------
 
