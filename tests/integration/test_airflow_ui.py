@@ -1,4 +1,6 @@
-"""The Airflow UI in a real browser (Debian's chromium driven by Playwright), against a real Airflow standalone:
+"""The Airflow UI in a real browser (Debian's chromium driven by Playwright), against a real Airflow standalone
+that `python -m localdev.airflow_local` starts (idempotently, credentials shown once, settings applied before
+start-up) and stops (nothing of its home left running):
 
 1. the connection form offers the **Pulsar** type with its own fields; a connection made there is saved with
    them in extra, and its *Test* button reaches cluster-a through PulsarHook.test_connection;
@@ -33,9 +35,9 @@ from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.dag_support import run_dir
 
 from tests.conftest import unique
+from tests.integration.airflow_helpers import free_port_block, listening, marked
 from tests.integration.lookup_helpers import TOKEN, start_service
 from tests.integration.tenant_builders import snapshot
-from tests.integration.test_airflow_local import free_port_block
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +198,22 @@ def migrations_view(page: Page, run_id: str, shots: Path) -> tuple[str, str]:
     return listing, verdict
 
 
+def check_started_once(url: str, env: dict[str, str], home: Path) -> None:
+    """The standalone is healthy with the fixed credentials (a wrong password is refused), the settings file
+    was applied before start-up, and a second start changes nothing and shows no credentials."""
+    assert "healthy at" in airflow_cli(env, "status").stdout
+    token_url = f"{url}/auth/token"
+    assert requests.post(token_url, json={"username": "admin", "password": "nope"}, timeout=30).status_code == 401
+    token = requests.post(token_url, json={"username": "admin", "password": PASSWORD}, timeout=30).json()
+    conn = requests.get(f"{url}/api/v2/connections/spark_default", timeout=30,
+                        headers={"Authorization": f"Bearer {token['access_token']}"})
+    assert conn.ok and conn.json()["host"] == "local[*]"
+    again = airflow_cli(env, "start")
+    assert again.returncode == 0 and "password" not in again.stdout, again.stdout
+    assert "already running" in again.stderr
+    assert marked(home / "var" / "airflow")
+
+
 def check_plugin_http(url: str, api: AirflowApi) -> None:
     """Without Airflow's login the plugin answers 401; with it, crafted paths and runs without a report are
     refused."""
@@ -223,6 +241,8 @@ def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
     try:
         started = airflow_cli(env, "start")
         assert started.returncode == 0, started.stderr[-3000:]
+        assert f"user: admin  password: {PASSWORD}" in started.stdout
+        check_started_once(url, env, tmp_path)
         api = AirflowApi(url, "admin", PASSWORD)
         api.wait_for_dag(DAG_ID)
         api.call("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
@@ -265,5 +285,9 @@ def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
                 browser.close()
         log.info("screenshots in %s", shots)
     finally:
-        airflow_cli(env, "stop")
+        stopped = airflow_cli(env, "stop")
         lookup.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    assert marked(tmp_path / "var" / "airflow") == []
+    assert not listening(int(url.rsplit(":", 1)[1]))
+    assert "stopped" in airflow_cli(env, "status").stdout
