@@ -2,7 +2,7 @@
 
 Batches are produced a moment apart and windows cut between them (as in the step's integration test); the runs
 here prove the DAG half: the form's window or the run's data interval reaches the step, runs of consecutive
-windows bring each batch once, a run over windows done before brings nothing, an archived window comes back once.
+windows bring each batch once, the first window again brings nothing, an archived window comes back once.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def backfill(conf: dict[str, object], **kwargs: object) -> dict[str, object]:
     return xcom(dag_run, "publish_backfill_window_report")
 
 
-def test_consecutive_windows_then_a_scheduled_interval_over_both(
+def test_consecutive_windows_then_the_first_again_then_a_scheduled_interval(
     airflow_db: AirflowTestDb, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
     admin_b: PulsarAdmin,
 ) -> None:
@@ -54,11 +54,12 @@ def test_consecutive_windows_then_a_scheduled_interval_over_both(
     assert sorted(target_payloads(cluster_b, tenant)) == sorted(payloads[0])
     second = backfill({**conf, "window_start": iso(edges[1]), "window_end": iso(edges[2])})
     assert second["counts"]["copied_messages"] == PER_BATCH * 2
+    again = backfill({**conf, "window_start": iso(edges[0]), "window_end": iso(edges[1])})
+    assert again["verdict"] == "ok" and again["counts"]["copied_messages"] == 0
     held = target_payloads(cluster_b, tenant)
     assert len(held) == len(set(held)) == PER_BATCH * 4 and set(held) == payloads[0] | payloads[1]
 
-    # No window in the form: the run's data interval, the hour holding both batches (already all copied, so
-    # this is also the run of windows done before, which brings nothing).
+    # No window in the form: the run's data interval, the hour holding both batches (already all copied).
     dag_run, states = run_dag(BACKFILL, run_conf=conf, logical_date=hour + timedelta(hours=1))
     assert dag_run.state == "success", failures(dag_run, states)
     assert (dag_run.data_interval_start, dag_run.data_interval_end) == (hour, hour + timedelta(hours=1))
