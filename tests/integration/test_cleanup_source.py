@@ -1,6 +1,8 @@
 """cleanup_source with geo-replication configured (the case where a wrong order deletes the target's topics):
 a tenant migrated in geo mode and switched through the lookup service; the dry run changes nothing, the real
-cleanup removes the tenant from the source only, and the target keeps every topic and message."""
+cleanup removes the tenant from the source only, and the target keeps every topic and message. The real
+cleanup first fails after deleting the topics (the broker refusing the namespace's delete, as a loaded broker
+once did with HTTP 422 for longer than the step waits): the re-run finishes the namespace and the tenant."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from localdev.pulsar_local import LocalCluster
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import AdminError, PulsarAdmin
+from pulsar_migration.cleanup import step as cleanup_step
 from pulsar_migration.cleanup.step import STEP, add_args, run
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
@@ -76,11 +79,25 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
         assert dry["verdict"] == "planned" and dry["details"]["plan"]["replication_to_source_only"] == ["ns"]
         assert sorted(admin_a.get(f"/persistent/{tenant}/ns/partitioned")) == [f"persistent://{tenant}/ns/orders"]
 
+        def refused(admin: PulsarAdmin, tenant: str, ns: str) -> None:
+            raise AdminError(f"DELETE /namespaces/{tenant}/{ns} on {admin.name} failed with HTTP 422: HTTP 422 {{}}",
+                             422)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(cleanup_step, "delete_namespace", refused)
+            assert cleanup(spec, run_dir, "--delete-tenant") == 1
+        failed = json.loads((run_dir / f"{STEP}.json").read_text())
+        assert "HTTP 422" in failed["error"] and "\n" not in failed["error"]
+        assert failed["counts"]["topics_deleted"] == 2 and failed["counts"]["messages_verified"] == 600
+        assert admin_a.get(f"/namespaces/{tenant}") == [f"{tenant}/ns"]  # topics gone, namespace and tenant left
+
         assert cleanup(spec, run_dir, "--delete-tenant") == 0
         report = json.loads((run_dir / f"{STEP}.json").read_text())
-        assert report["verdict"] == "ok" and report["counts"]["topics_deleted"] == 2
-        assert report["counts"]["messages_verified"] == 600
+        assert report["verdict"] == "ok" and report["details"]["namespaces_deleted"] == ["ns"]
+        assert report["details"]["tenant_deleted"] is True
         assert tenant not in admin_a.get("/tenants")  # gone from the source
+        assert cleanup(spec, run_dir, "--delete-tenant") == 0  # killed before its report: the re-run finds it done
+        assert json.loads((run_dir / f"{STEP}.json").read_text())["details"]["already_clean"] is True
         for topic in topics:  # the target keeps every message, the subscription and its policies
             assert drain(cluster_b, topic) == target_before[topic], topic
         assert "billing" in admin_b.get(f"/persistent/{tenant}/ns/orders-partition-0/subscriptions")

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from typing import Any
 
-from pulsar_migration.admin import NotFound, PulsarAdmin, seg
+from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
@@ -40,6 +41,10 @@ from pulsar_migration.switch.step import connected_clients, selected_partitions
 log = logging.getLogger(__name__)
 
 STEP = "cleanup_source"
+# Force-deleted topics go away asynchronously: for a moment the broker may refuse to delete their namespace
+# (seen: HTTP 422 right after the last topic's delete). Asked again for this long.
+NAMESPACE_DELETE_WAIT_S = 30.0
+NAMESPACE_DELETE_REFUSALS = frozenset({409, 412, 422})
 
 
 class CleanupError(StepFailed):
@@ -56,6 +61,12 @@ def run(ctx: StepContext) -> None:
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
         switched = preconditions(ctx)
+        if switched and spec.tenant not in src_admin.get("/tenants"):
+            # After a verified switch to the target, a source without the tenant is a finished cleanup (one
+            # killed after deleting the tenant, before its report): nothing is left to do.
+            log.info("tenant %s is no longer on the source %s: nothing left to clean", spec.tenant, spec.source)
+            report.details["already_clean"] = True
+            return
         partitions = selected_partitions(ctx, src_admin)
         report.counts["partitions"] = len(partitions)
         if switched:
@@ -67,7 +78,10 @@ def run(ctx: StepContext) -> None:
         if clients:
             raise CleanupError(f"{len(clients)} client(s) still use the source (first: {clients[0]}): nothing deleted")
         layout = read_layout(src_admin, spec, must_exist=True)
-        namespaces = sorted({ref.namespace for ref in layout.topics} | set(spec.namespaces or []))
+        # The whole tenant: every namespace it still has on the source, also those a cleanup stopped after
+        # their topics were deleted (a re-run must finish them, and the tenant, not report ok around them).
+        selected = spec.namespaces or [ns.split("/", 1)[1] for ns in src_admin.get(f"/namespaces/{seg(spec.tenant)}")]
+        namespaces = sorted({ref.namespace for ref in layout.topics} | set(selected))
         replication = replication_changes(ctx, src_admin, tgt_admin, namespaces)
         topics = sorted({f"persistent://{spec.tenant}/{ref.namespace}/{ref.topic}": ref.partitioned
                          for ref in layout.topics}.items())
@@ -91,13 +105,18 @@ def run(ctx: StepContext) -> None:
             if any("__change_events" not in t for t in left):
                 log.info("namespace %s/%s keeps %d topic(s) not selected: left in place", spec.tenant, ns, len(left))
                 continue
-            src_admin.delete(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}", params={"force": "true"},
-                             expect_json=False)
+            delete_namespace(src_admin, spec.tenant, ns)
             removed.append(ns)
         report.details["namespaces_deleted"] = removed
-        if getattr(ctx.args, "delete_tenant", False) and not src_admin.get(f"/namespaces/{seg(spec.tenant)}"):
-            src_admin.delete(f"/tenants/{seg(spec.tenant)}", expect_json=False)
-            report.details["tenant_deleted"] = True
+        if getattr(ctx.args, "delete_tenant", False):
+            kept = src_admin.get(f"/namespaces/{seg(spec.tenant)}")
+            if kept:
+                log.warning("tenant %s keeps %d namespace(s) on the source (first: %s): not deleted", spec.tenant,
+                            len(kept), kept[0])
+                report.details["tenant_kept_for"] = kept
+            else:
+                src_admin.delete(f"/tenants/{seg(spec.tenant)}", expect_json=False)
+            report.details["tenant_deleted"] = not kept
         after = target_fingerprint(tgt_admin, spec.tenant, namespaces)
         report.hashes["target_topics_before"] = stable_hash(before)
         report.hashes["target_topics_after"] = stable_hash(after)
@@ -108,6 +127,22 @@ def run(ctx: StepContext) -> None:
     finally:
         src_admin.close()
         tgt_admin.close()
+
+
+def delete_namespace(admin: PulsarAdmin, tenant: str, ns: str) -> None:
+    """Deletes a namespace whose topics were just deleted, asking again while the broker still refuses."""
+    deadline = time.monotonic() + NAMESPACE_DELETE_WAIT_S
+    while True:
+        try:
+            admin.delete(f"/namespaces/{seg(tenant)}/{seg(ns)}", params={"force": "true"}, expect_json=False)
+            return
+        except NotFound:
+            return
+        except AdminError as exc:
+            if exc.status not in NAMESPACE_DELETE_REFUSALS or time.monotonic() > deadline:
+                raise
+            log.info("namespace %s/%s not deletable yet (HTTP %s): asking again", tenant, ns, exc.status)
+            time.sleep(0.5)
 
 
 def preconditions(ctx: StepContext) -> bool:
