@@ -22,9 +22,10 @@ from localdev.airflow_settings import DEFAULT_FILE
 OUTCOME = re.compile(r"\b(connection|pool|variable):(\S+) (created|updated|unchanged)\b")
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    env = airflow_env(tmp_path / "airflow")
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A migrated home the apply tests share (a migrate is half a minute); each applies the project file first."""
+    env = airflow_env(tmp_path_factory.mktemp("airflow"))
     run_airflow_cli(["db", "migrate"], env)
     return env
 
@@ -53,7 +54,7 @@ def exported(env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
 
 
 def test_applies_the_project_file_and_is_idempotent(env: dict[str, str], tmp_path: Path) -> None:
-    first = apply(env)
+    first = apply(env)  # the module's first test: a fresh home
     assert first == {
         "connection:spark_default": "created",
         "connection:pulsar_cluster_a": "created",
