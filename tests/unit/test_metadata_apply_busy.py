@@ -1,0 +1,70 @@
+"""ChangeApplier's answer to "412 Subscription Busy" (seen on a CREATE retried after a cut connection, the first
+request still at work: tests/integration/test_cluster_c.py meets it through the proxy): asked again until the
+broker says the subscription exists; any other 412, or an UPDATE, fails at once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pulsar_migration.admin import AdminError, Conflict
+from pulsar_migration.metadata import apply
+from pulsar_migration.metadata.apply import Change, ChangeApplier
+from pulsar_migration.metadata.plan import CREATE
+
+BUSY = AdminError("PUT ... failed with HTTP 412: Failed for Subscription Busy: Failed to fence subscription", 412)
+
+
+class ScriptedAdmin:
+    """Answers each PUT with the next scripted outcome (an exception to raise, or None)."""
+
+    name = "cluster-x"
+
+    def __init__(self, outcomes: list[Exception | None]) -> None:
+        self.outcomes = outcomes
+        self.puts: list[str] = []
+
+    def put(self, path: str, body: Any = None, **_: Any) -> None:
+        self.puts.append(path)
+        outcome = self.outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+
+def subscription_change(action: str = CREATE) -> Change:
+    return Change(side="target", kind="subscription", key="ns/orders|billing", namespace="ns", action=action,
+                  desired="{}", change=json.dumps({"properties": {}}))
+
+
+def applier(admin: ScriptedAdmin) -> ChangeApplier:
+    spec: Any = type("Spec", (), {"tenant": "t"})()
+    return ChangeApplier(spec, {"target": admin})  # type: ignore[dict-item]
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apply.time, "sleep", lambda _: None)
+
+
+def test_busy_then_exists_is_done() -> None:
+    admin = ScriptedAdmin([BUSY, BUSY, Conflict("exists", 409)])
+    applier(admin).apply(subscription_change())
+    assert admin.puts == ["/persistent/t/ns/orders/subscription/billing"] * 3
+
+
+def test_busy_every_time_fails_after_the_last_attempt() -> None:
+    admin = ScriptedAdmin([BUSY] * apply.BUSY_ATTEMPTS)
+    with pytest.raises(AdminError, match="Busy"):
+        applier(admin).apply(subscription_change())
+    assert len(admin.puts) == apply.BUSY_ATTEMPTS
+
+
+def test_another_412_or_an_update_is_not_asked_again() -> None:
+    other = AdminError("PUT ... failed with HTTP 412: Precondition failed", 412)
+    with pytest.raises(AdminError, match="Precondition"):
+        applier(ScriptedAdmin([other, None])).apply(subscription_change())
+    admin = ScriptedAdmin([BUSY, None])
+    with pytest.raises(AdminError, match="Busy"):
+        applier(admin).apply(subscription_change(action="UPDATE"))
+    assert len(admin.puts) == 1
