@@ -45,7 +45,7 @@ class KeepAliveGetter:
         self._prefix = parts.path.rstrip("/")
         self._headers = dict(headers)
         self._timeout_s = timeout_s
-        self._tls = tls
+        self._tls = tls or (tls_context(True, None, None) if self._https else None)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: set[http.client.HTTPConnection] = set()
@@ -54,8 +54,7 @@ class KeepAliveGetter:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s,
-                                                   context=self._tls or tls_context(True, None, None))
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s, context=self._tls)
             else:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
             self._local.conn = conn
@@ -70,8 +69,11 @@ class KeepAliveGetter:
             self._open.discard(conn)
 
     def get(self, path: str) -> tuple[int, dict[str, str], bytes] | None:
-        # Two tries: a kept-alive connection the server has since closed fails once, a fresh one must answer.
-        for _ in range(2):
+        # A kept-alive connection the server has since closed fails once: then one fresh connection is tried.
+        # A fresh connection that fails goes straight to the caller's full path (a hung broker would otherwise
+        # cost a second timeout before it).
+        while True:
+            fresh = getattr(self._local, "conn", None) is None
             conn = self._connection()
             try:
                 conn.request("GET", self._prefix + path, headers=self._headers)
@@ -80,13 +82,14 @@ class KeepAliveGetter:
             except (OSError, http.client.HTTPException) as exc:
                 log.debug("kept-alive GET %s: %s", path, type(exc).__name__)
                 self._drop(conn)
+                if fresh:
+                    return None
                 continue
             if resp.will_close:
                 self._drop(conn)
             if 200 <= resp.status < 300:
                 return resp.status, dict(resp.getheaders()), body
             return None
-        return None
 
     def close(self) -> None:
         with self._lock:
