@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 POOL_MAXSIZE = 64
+# A broker that has just restarted after a crash recovers each topic's open ledger when the topic is first
+# loaded; until its bookie answers, that load fails with HTTP 500 "Error while recovering ledger" (seen in CI
+# right after a SIGKILLed standalone came back). Such answers are asked again for this long, not 4 times.
+RECOVERING_LEDGER_WAIT_S = 30.0
+RECOVERING_LEDGER_MARKERS = (b"Error while recovering ledger", b"Error while opening ledger")
 
 
 class AdminError(RuntimeError):
@@ -118,19 +123,30 @@ class PulsarAdmin:
         url = self.admin_url + (path if path.startswith(("/admin", "/lookup")) else f"/admin/v2{path}")
         attempts = self.retries + 1 if retry else 1
         last_error: Exception | None = None
-        for attempt in range(attempts):
+        recovering_until: float | None = None
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             try:
                 resp = self._session.request(method, url, json=json_body, params=params, timeout=self.timeout_s)
             except requests.RequestException as exc:
                 last_error = exc
-                if attempt + 1 < attempts:
-                    time.sleep(min(0.25 * 2**attempt, 4.0))
+                if attempt < attempts:
+                    time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
                     continue
                 raise ClusterUnreachable(
                     f"cluster {self.name} is unreachable at {self.admin_url}: {type(exc).__name__}", None, path
                 ) from exc
-            if resp.status_code in RETRYABLE_STATUS and attempt + 1 < attempts:
-                time.sleep(min(0.25 * 2**attempt, 4.0))
+            if retry and resp.status_code == 500 and any(m in resp.content for m in RECOVERING_LEDGER_MARKERS):
+                recovering_until = recovering_until or time.monotonic() + RECOVERING_LEDGER_WAIT_S
+                if time.monotonic() < recovering_until:
+                    log.info("%s: %s %s: the broker is still recovering the topic's ledger; asking again",
+                             self.name, method, path)
+                    attempts = max(attempts, attempt + 1)
+                    time.sleep(1.0)
+                    continue
+            if resp.status_code in RETRYABLE_STATUS and attempt < attempts:
+                time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
                 continue
             if raw_response and resp.status_code < 300:
                 return resp

@@ -209,7 +209,7 @@ def test_a_cluster_killed_mid_copy_fails_with_one_line_and_a_rerun_heals(
         error = replicate_report(run_dir)["error"]
         assert "\n" not in error and ("ns/t" in error or "cluster-c" in error), error
         start_cluster_c()  # it comes back (its data kept); the re-run finishes the job
-        assert replicate(spec, run_dir) == 0
+        assert replicate(spec, run_dir) == 0, broker_trouble(batch_index_cluster, replicate_report(run_dir))
         rep = replicate_report(run_dir)
         assert rep["counts"]["skipped_messages"] + rep["counts"]["copied_messages"] == total
         copied = [m["data"] for m in read_all(target, topic)]
@@ -222,6 +222,15 @@ def test_a_cluster_killed_mid_copy_fails_with_one_line_and_a_rerun_heals(
                     admin.delete(f"/tenants/{tenant}", params={"force": "true"})
             admin.close()
         admin_src.close()
+
+
+def broker_trouble(cluster: LocalCluster, report: dict) -> str:
+    """The failed re-run's error and the last ledger/bookie errors in the cluster's broker log, so that a
+    failure on CI names what the restarted standalone could not do."""
+    log_file = cluster.root / "logs" / "pulsar-standalone.log"
+    lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
+    trouble = [line[:300] for line in lines if " ERROR " in line or "Exception" in line][-15:]
+    return "\n".join([str(report.get("error")), *trouble])
 
 
 PROXY_TOPICS = {"ns/parts": 2, "ns/single": 0}

@@ -21,3 +21,55 @@ def test_token_like_text_is_masked_in_error_reasons() -> None:
 
 def test_broker_reasons_pass_through() -> None:
     assert _reason(_response(b'{"reason": "Tenant does not exist"}', 404)) == "Tenant does not exist"
+
+
+class _Answers:
+    """A stand-in for the requests session: answers each call with the next (status, body) in turn."""
+
+    def __init__(self, answers: list[tuple[int, bytes]]) -> None:
+        self.answers, self.calls = answers, 0
+
+    def request(self, *_args: object, **_kwargs: object) -> requests.Response:
+        status, body = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        return _response(body, status)
+
+
+RECOVERING = b'{"reason": "ManagedLedgerException: Error while recovering ledger error code: -10"}'
+
+
+def test_a_ledger_still_recovering_is_asked_again_past_the_usual_retries(monkeypatch) -> None:
+    from pulsar_migration import admin as admin_module
+
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
+    client._session = _Answers([(500, RECOVERING)] * 6 + [(200, b'{"msgInCounter": 7}')])  # type: ignore[assignment]
+    assert client.get("/persistent/t/ns/x/stats") == {"msgInCounter": 7}
+    assert client._session.calls == 7  # type: ignore[attr-defined]
+
+
+def test_a_ledger_that_never_recovers_fails_after_the_bounded_wait(monkeypatch) -> None:
+    import pytest
+    from pulsar_migration import admin as admin_module
+
+    clock = iter(range(0, 1000, 5))
+    monkeypatch.setattr(admin_module.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
+    client._session = _Answers([(500, RECOVERING)])  # type: ignore[assignment]
+    with pytest.raises(admin_module.AdminError, match="Error while recovering ledger"):
+        client.get("/persistent/t/ns/x/stats")
+    # more than the usual 2 attempts, and no more than the 30 s wait allows (the clock moves 5 s a reading)
+    assert 2 < client._session.calls <= 1 + admin_module.RECOVERING_LEDGER_WAIT_S // 5  # type: ignore[attr-defined]
+
+
+def test_other_server_errors_keep_the_usual_retries(monkeypatch) -> None:
+    import pytest
+    from pulsar_migration import admin as admin_module
+
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=2)
+    client._session = _Answers([(500, b'{"reason": "something else"}')])  # type: ignore[assignment]
+    with pytest.raises(admin_module.AdminError, match="something else"):
+        client.get("/x")
+    assert client._session.calls == 3  # type: ignore[attr-defined]
