@@ -19,6 +19,7 @@ fi
 stamp_id=$(cat requirements.txt requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 stamp=.venv/.installed-$stamp_id
 if [[ -f $stamp ]] && .venv/bin/python -m localdev.check_env; then
+  .venv/bin/python -m localdev.pyspark_bytecode  # a no-op once done; adds it to venvs made before it existed
   exit 0
 fi
 # Prerequisites: one line each naming the Debian package that provides what is missing.
@@ -42,6 +43,8 @@ pip=(.venv/bin/pip install -q --disable-pip-version-check)
 pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
 "${pip[@]}" --no-deps --force-reinstall "$pyspark_pin"
 "${pip[@]}" --no-deps -e .
+# spark-submit imports pyspark from zips without bytecode: compile it once here, not in every Spark process.
+.venv/bin/python -m localdev.pyspark_bytecode
 .venv/bin/python -m localdev.check_env
 rm -f .venv/.installed-*
 touch "$stamp"

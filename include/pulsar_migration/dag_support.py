@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pulsar_migration import rundir
+from pulsar_migration.bytecode import write_module
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec, SpecError
 
@@ -107,12 +109,13 @@ def clusters_json(conns: Iterable[Any]) -> str:
 def library_zip(dest_dir: str | Path | None = None) -> str:
     """Zips the pulsar_migration package for `--py-files`; returns the path.
 
-    Named by a hash of the sources, so concurrent and repeated tasks reuse one file and a changed
-    library gets a new one. Built where the task runs (spark-submit uploads it to a real cluster).
+    Compiled bytecode rides along (pulsar_migration.bytecode). Named by a hash of the sources, so concurrent
+    and repeated tasks reuse one file and a changed library gets a new one. Built where the task runs
+    (spark-submit uploads it to a real cluster).
     """
     dest = Path(dest_dir) if dest_dir else Path(tempfile.gettempdir()) / "pulsar-migration-lib"
     files = sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)  # the bytecode inside is for this Python
     for path in files:
         digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     target = dest / f"pulsar_migration-{digest.hexdigest()[:16]}.zip"
@@ -122,8 +125,8 @@ def library_zip(dest_dir: str | Path | None = None) -> str:
     fd, tmp = tempfile.mkstemp(dir=dest, prefix=".pulsar_migration-", suffix=".zip.tmp")
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in files:
-                zf.write(path, f"{PACKAGE_DIR.name}/{path.relative_to(PACKAGE_DIR).as_posix()}")
+            for path in files:  # with bytecode: no driver or Python worker compiles the library again
+                write_module(zf, f"{PACKAGE_DIR.name}/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_bytes())
         os.replace(tmp, target)  # readers see a whole zip or none
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
