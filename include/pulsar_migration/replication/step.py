@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
-from typing import Any
+from typing import Any, Literal
 
 from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
@@ -43,21 +43,30 @@ class ReplicationError(StepFailed):
     """Inventory or preparation found something that stops the step (one line)."""
 
 
+# `in_driver=AUTO`: driver threads when the run dir is local and every partition's delta is known to be at most
+# this many entries; otherwise a Spark job. Measured in the demo DAG: the cutover's first catch-up round of
+# 3,315 entries took 17.5 s as a Spark job in a fresh spark-submit (10.5 s of it reading the map's ends) and
+# later rounds of a few hundred entries 1.1 s in the driver, which copies about as fast as local Spark here.
+AUTO = "auto"
+DRIVER_DELTA_MAX_ENTRIES = 20_000
+
 # A bound on one partition's copy (backfill windows): (upper inclusive, first entry of a partition the map does
 # not know yet), or None to leave the partition out of this run.
 Bound = Callable[[str], "tuple[Position, Position | None] | None"]
 
 
-def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = False,
+def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Literal["auto"] = False,
         bound: Bound | None = None) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
     sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
     dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
-    cost would dominate a delta of a few hundred entries. `bound` (backfill windows) caps each partition's
+    cost would dominate a delta of a few hundred entries; AUTO does so when the delta is known to be small
+    (`small_delta`). `bound` (backfill windows) caps each partition's
     range and says where a partition new to the map starts."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
-    in_driver = in_driver and rundir.is_local(ctx.run_dir) and not ctx.dry_run
+    decide = in_driver == AUTO
+    in_driver = bool(in_driver) and rundir.is_local(ctx.run_dir) and not ctx.dry_run
     report.details["in_driver"] = in_driver
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
@@ -69,6 +78,10 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool = Fals
         jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run, bound=bound)
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
+        if decide and in_driver:
+            in_driver = report.details["in_driver"] = small_delta(jobs)
+            log.info("delta of %s entries: %s", pending_total(jobs) if in_driver else "unknown or many",
+                     "driver threads" if in_driver else "a Spark job")
         report.counts["partitions"] = len(jobs)
         report.counts["topics"] = len({job.base_topic for job in jobs})
         report.details["inventory_s"] = round(time.monotonic() - started, 3)
@@ -151,6 +164,26 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
         return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
+
+
+def pending_entries(job: PartitionJob) -> int | None:
+    """Source entries past the map's end, when both are in one ledger (None: not known without more reads)."""
+    if job.upper is None:
+        return 0
+    source_end = job.map_end[1] if job.map_end else None
+    if source_end is None or source_end.ledger != job.upper.ledger:
+        return None
+    return max(0, job.upper.entry - source_end.entry)
+
+
+def pending_total(jobs: list[PartitionJob]) -> int | None:
+    counts = [pending_entries(job) for job in jobs]
+    return None if None in counts else sum(c for c in counts if c is not None)
+
+
+def small_delta(jobs: list[PartitionJob]) -> bool:
+    total = pending_total(jobs)
+    return total is not None and total <= DRIVER_DELTA_MAX_ENTRIES
 
 
 def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[PartitionJob]) -> list[str]:

@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from pulsar_migration import faults
 from pulsar_migration.admin import PulsarAdmin, seg
@@ -175,6 +175,8 @@ def selected_partitions(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
 
 def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             partitions: list[str], phases: Phases) -> None:
+    from pulsar_migration.replication.step import AUTO
+
     spec, report = ctx.spec, ctx.report
     geo = spec.replication_mode == "geo"
     flipped = False
@@ -183,7 +185,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
         with phases("catch_up"):  # shrinks the final delta and the final sync, which run while clients wait
             rounds = []
             for n in range(CATCH_UP_ROUNDS):
-                rounds.append(sub_step(ctx, "replicate_topics", keep_identity=False, in_driver=n > 0,
+                # The first round may have a large backlog: a Spark job unless it is known to be small.
+                rounds.append(sub_step(ctx, "replicate_topics", keep_identity=False, in_driver=True if n else AUTO,
                                        name=f"catch_up.{n}"))
                 if n > 0 and rounds[-1]["counts"].get("copied_entries", 0) <= CATCH_UP_ENOUGH_ENTRIES:
                     break
@@ -257,7 +260,7 @@ def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[
     return enable_deduplication(admin, ctx.spec, jobs)  # type: ignore[arg-type]
 
 
-def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driver: bool = False,
+def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driver: bool | Literal["auto"] = False,
              name: str = "") -> dict[str, Any]:
     """Runs replicate_topics or sync_progress in this process under the switch; its report goes to
     RUN_DIR/switch_lookup.<step>[.<name>].json. `in_driver` takes their driver-only paths (no Spark job; the
@@ -273,7 +276,7 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
         if step == "replicate_topics":
             replication_run(sub, keep_identity=keep_identity, in_driver=in_driver)
         else:
-            progress_run(sub, in_driver=in_driver)
+            progress_run(sub, in_driver=bool(in_driver))
         report.finish("ok")
     except StepFailed as exc:
         report.finish("failed", str(exc))
