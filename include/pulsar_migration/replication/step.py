@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STEP = "replicate_topics"
 DEDUP_WAIT_S = 30.0
+DEDUP_CHECK_THREADS = 16
 FAILURE_DETAIL_LIMIT = 20
 
 
@@ -215,14 +216,18 @@ def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces:
 def wait_deduplicating(admin: PulsarAdmin, topics: list[str], timeout_s: float, poll_s: float = 0.2) -> list[str]:
     """Waits until each topic runs with deduplication (its stats say Enabled: loaded, replay done); returns
     those that still do not after `timeout_s` (empty: all do)."""
+    def deduplicating(topic: str) -> bool:
+        return admin.get(f"{admin.topic_path(topic)}/stats").get("deduplicationStatus") == "Enabled"
+
     deadline = time.monotonic() + timeout_s
     pending = list(topics)
-    while pending:
-        pending = [t for t in pending if admin.get(f"{admin.topic_path(t)}/stats").get("deduplicationStatus")
-                   != "Enabled"]
-        if not pending or time.monotonic() > deadline:
-            break
-        time.sleep(poll_s)
+    # In parallel: the cutover's final delta checks every partition while the tenant's clients are held.
+    with ThreadPoolExecutor(max(1, min(DEDUP_CHECK_THREADS, len(pending)))) as pool:
+        while pending:
+            pending = [t for t, ok in zip(pending, pool.map(deduplicating, pending), strict=True) if not ok]
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
     return pending
 
 
