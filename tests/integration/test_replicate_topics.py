@@ -217,6 +217,11 @@ def test_rerun_copies_nothing_then_only_new_messages(copied: dict[str, Any], clu
     assert step(spec, run_dir) == 0
     again = report(run_dir)
     assert again["counts"]["copied_messages"] == 0 and again["counts"]["source_messages"] == 0
+    # Every partition that holds messages is found unchanged since the map's last pair, without readers.
+    parts = again["details"]["partitions"]
+    unchanged = {p["topic"] for p in parts if p["unchanged"]}
+    assert unchanged and all(p["unchanged"] or p["range_to"] is None for p in parts)
+    assert again["counts"]["partitions_unchanged"] == len(unchanged)
     c = client(cluster_a)
     producer = c.create_producer(f"persistent://{tenant}/ns/plain")
     for i in range(25):
@@ -226,6 +231,7 @@ def test_rerun_copies_nothing_then_only_new_messages(copied: dict[str, Any], clu
     third = report(run_dir)
     assert third["counts"]["copied_messages"] == 25 == third["counts"]["target_messages"]
     topic = f"persistent://{tenant}/ns/plain"
+    assert {p["topic"] for p in third["details"]["partitions"] if p["unchanged"]} == unchanged - {topic}
     assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic))
 
 

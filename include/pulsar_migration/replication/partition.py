@@ -83,6 +83,7 @@ class PartitionOutcome:
     shape_errors: int = 0
     mapped_entries: int = 0
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
+    unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
     copy_s: float = 0.0
     verify_s: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -378,10 +379,28 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
                          (ReadError, SendError, PositionError), shared)
 
 
+def unchanged_since_map(task: PartitionTask) -> bool:
+    """Neither side moved past the map's last pair: the source's end (this run's bound) is the last mapped
+    source entry and the target's last entry the last mapped target entry. The round that wrote that pair
+    verified everything up to it, so there is nothing to copy or to read back. One admin call, where the full
+    path opens three readers and a producer (the cutover's final delta pays that for every partition while
+    the tenant's clients are held)."""
+    job = task.job
+    return (job.target_exists and job.upper is not None and job.upper == task.map_source
+            and task.map_target is not None and task.tgt_admin.last_entry(job.topic) == task.map_target)
+
+
 def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
     job, outcome = task.job, task.outcome
     src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
     map_target, map_source = task.map_target, task.map_source
+    if not dry_run and unchanged_since_map(task):
+        outcome.resumed_after = str(map_source)
+        outcome.source_hash = outcome.target_hash = ContentHash().hexdigest  # both ranges are empty
+        outcome.receipts_digest = outcome.target_pairs_digest = PairDigest().hexdigest
+        outcome.unchanged = True
+        outcome.lag_entries = lag_after(src_admin, job)
+        return []
     resumed = last_copied(tgt_admin, tgt_client, job.topic, map_target, map_source) if job.target_exists else None
     resume_after = resumed.position if resumed else None
     outcome.resumed_after = str(resume_after) if resume_after else None

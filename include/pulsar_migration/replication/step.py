@@ -307,6 +307,7 @@ def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: flo
     failed = [o for o in outcomes if o.status not in (OK, PLANNED)]
     report.counts["partitions_failed"] = len(failed)
     report.counts["partitions_ok"] = len(outcomes) - len(failed)
+    report.counts["partitions_unchanged"] = sum(o.unchanged for o in outcomes)
     lag = [o.lag_entries for o in outcomes if o.lag_entries is not None]
     report.counts["lag_entries"] = sum(lag)
     report.details["partitions"] = [asdict(o) for o in outcomes]
