@@ -6,7 +6,8 @@ Order (each phase timed in the report):
 1. **preconditions**: the spec names the lookup service; sync_metadata, replicate_topics and sync_progress
    reported ok in this run dir; the service knows both clusters and routes the tenant to the source (to the
    target already: the switch is done, only the probe runs).
-2. **catch up**: replicate_topics once more while clients still run (in Spark), then up to two more rounds
+2. **catch up**: replicate_topics once more while clients still run (in Spark unless the delta is known to be
+   small: replication.step.AUTO), then up to two more rounds
    in the driver (seconds each), and a sync_progress in the driver, so the final delta is small; then
    **deduplication on at the source** (a producer re-sends what was unacknowledged when the fence cut
    it off; with dedup the source drops those it had stored, which matters if the switch rolls back).
