@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pulsar_migration.positions import Position
 from pulsar_migration.replication.partition import PartitionJob
-from pulsar_migration.replication.step import DRIVER_DELTA_MAX_ENTRIES, pending_entries, pending_total, small_delta
+from pulsar_migration.replication.step import (
+    DRIVER_DELTA_MAX_ENTRIES,
+    pending_across_ledgers,
+    pending_entries,
+    pending_total,
+    small_delta,
+)
 
 
 def job(upper: Position | None, source_end: Position | None) -> PartitionJob:
@@ -31,3 +37,38 @@ def test_small_only_when_every_partition_is_known_and_the_sum_is_under_the_bound
     many = [job(Position(7, DRIVER_DELTA_MAX_ENTRIES), Position(7, -1)), job(Position(5, 1), Position(5, 0))]
     assert not small_delta(many)
     assert small_delta([])
+
+
+STATS = {"currentLedgerEntries": 7, "ledgers": [{"ledgerId": 5, "entries": 100}, {"ledgerId": 9, "entries": 40},
+                                              {"ledgerId": 12, "entries": 0}]}  # 12 is open, 7 entries so far
+
+
+def test_a_delta_across_ledgers_is_counted_from_the_ledger_list() -> None:
+    # after 5:89 -> 10 more in ledger 5, 40 in ledger 9, entries 0..4 of the open ledger 12
+    assert pending_across_ledgers(STATS, Position(5, 89), Position(12, 4)) == 10 + 40 + 5
+    assert pending_across_ledgers(STATS, Position(9, 39), Position(12, 6)) == 7
+    assert pending_across_ledgers(STATS, Position(5, 99), Position(9, 9)) == 10
+    assert pending_across_ledgers(STATS, Position(3, 0), Position(12, 6)) is None  # ledger 3 was trimmed
+
+
+class _Admin:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def topic_path(self, topic: str) -> str:
+        return "/persistent/" + topic.split("://", 1)[1]
+
+    def get(self, path: str) -> dict:
+        self.calls.append(path)
+        return STATS
+
+
+def test_only_partitions_whose_delta_crosses_ledgers_cost_a_call() -> None:
+    admin = _Admin()
+    same = job(Position(12, 6), Position(12, 1))  # 5 entries, known without a call
+    crossed = job(Position(12, 4), Position(5, 89))  # 55 entries, from the ledger list
+    assert pending_total([same, crossed]) is None
+    assert pending_total([same, crossed], admin) == 60  # type: ignore[arg-type]
+    assert admin.calls == ["/persistent/t/ns/x/internalStats"]
+    assert small_delta([same, crossed], admin)  # type: ignore[arg-type]
+    assert pending_total([job(Position(12, 4), None)], admin) is None  # new to the map: size unknown

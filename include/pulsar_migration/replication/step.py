@@ -80,8 +80,10 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
         if decide and in_driver:
-            in_driver = report.details["in_driver"] = small_delta(jobs)
-            log.info("delta of %s entries: %s", pending_total(jobs) if in_driver else "unknown or many",
+            total = pending_total(jobs, src_admin, spec.admin_concurrency)
+            in_driver = report.details["in_driver"] = total is not None and total <= DRIVER_DELTA_MAX_ENTRIES
+            report.details["pending_entries"] = total
+            log.info("delta of %s entries: %s", "unknown" if total is None else total,
                      "driver threads" if in_driver else "a Spark job")
         report.counts["partitions"] = len(jobs)
         report.counts["topics"] = len({job.base_topic for job in jobs})
@@ -177,13 +179,42 @@ def pending_entries(job: PartitionJob) -> int | None:
     return max(0, job.upper.entry - source_end.entry)
 
 
-def pending_total(jobs: list[PartitionJob]) -> int | None:
+def pending_across_ledgers(internal_stats: dict[str, Any], after: Position, upper: Position) -> int | None:
+    """Source entries in (after, upper] from the topic's ledger list (internalStats), for a delta that crosses
+    ledgers (a reload or a rollover since the map's end). None when `after`'s ledger is no longer listed."""
+    ledgers = internal_stats.get("ledgers") or []
+    if not any(int(ledger["ledgerId"]) == after.ledger for ledger in ledgers):
+        return None
+    total = 0
+    for index, ledger in enumerate(ledgers):
+        ledger_id = int(ledger["ledgerId"])
+        if ledger_id < after.ledger or ledger_id > upper.ledger:
+            continue
+        is_open = index == len(ledgers) - 1  # the open ledger's entries are counted apart
+        entries = int(internal_stats.get("currentLedgerEntries", 0) if is_open else ledger.get("entries", 0))
+        last = min(entries, upper.entry + 1) if ledger_id == upper.ledger else entries
+        first = after.entry + 1 if ledger_id == after.ledger else 0
+        total += max(0, last - first)
+    return total
+
+
+def pending_total(jobs: list[PartitionJob], admin: PulsarAdmin | None = None, concurrency: int = 8) -> int | None:
+    """The delta's entries, or None when some partition's is not known. With `admin` (the source), partitions
+    whose delta crosses ledgers are counted from their ledger lists (one call each)."""
     counts = [pending_entries(job) for job in jobs]
+    unknown = [job for job, count in zip(jobs, counts, strict=True) if count is None]
+    if unknown and admin is not None and all(job.map_end and job.map_end[1] and job.upper for job in unknown):
+        def across(job: PartitionJob) -> int | None:
+            stats = admin.get(f"{admin.topic_path(job.topic)}/internalStats")
+            return pending_across_ledgers(stats, job.map_end[1], job.upper)  # type: ignore[index,arg-type]
+
+        with ThreadPoolExecutor(max(1, min(concurrency, len(unknown)))) as pool:
+            counts = [c for c in counts if c is not None] + list(pool.map(across, unknown))
     return None if None in counts else sum(c for c in counts if c is not None)
 
 
-def small_delta(jobs: list[PartitionJob]) -> bool:
-    total = pending_total(jobs)
+def small_delta(jobs: list[PartitionJob], admin: PulsarAdmin | None = None, concurrency: int = 8) -> bool:
+    total = pending_total(jobs, admin, concurrency)
     return total is not None and total <= DRIVER_DELTA_MAX_ENTRIES
 
 
