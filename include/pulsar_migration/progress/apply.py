@@ -55,12 +55,13 @@ class Applied:
 
 
 def apply_cursor(admin: PulsarAdmin, client: Any, plan: CursorPlan, acks: Iterable[tuple[int, int]], *,
-                 max_in_flight: int) -> Applied:
-    """Creates the subscription if missing, resets its cursor and acknowledges `acks` (ledger, entry)."""
+                 max_in_flight: int, subscriptions: dict[str, Any] | None = None) -> Applied:
+    """Creates the subscription if missing, resets its cursor and acknowledges `acks` (ledger, entry).
+    `subscriptions`: the partition's stats subscriptions when already read (the cutover's fence snapshot)."""
     started = time.monotonic()
     done = Applied(plan.topic, plan.subscription)
     path = admin.topic_path(plan.topic)
-    subs = admin.get(f"{path}/stats").get("subscriptions") or {}
+    subs = subscriptions if subscriptions is not None else admin.get(f"{path}/stats").get("subscriptions") or {}
     if plan.subscription in subs:
         consumers = subs[plan.subscription].get("consumers") or []
         if consumers:

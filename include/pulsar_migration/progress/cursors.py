@@ -38,14 +38,20 @@ class CursorState:
         return sum(len(r.entries) for r in self.ranges)
 
 
-def read_cursors(admin: PulsarAdmin, topic: str) -> dict[str, CursorState]:
+def read_cursors(admin: PulsarAdmin, topic: str, stats: dict[str, Any] | None = None) -> dict[str, CursorState]:
     """The durable, non-system subscriptions of one partition (non-partitioned topic or `-partition-N`).
-    Stats first (the list of durable subscriptions), then internalStats (the cursor positions): acks that
-    land between the two reads are in the cursor state, which is what the sync translates."""
+    Stats first (the list of durable subscriptions; `stats` when already read), then internalStats (the cursor
+    positions): acks that land between the two reads are in the cursor state, which is what the sync
+    translates."""
     path = admin.topic_path(topic)
-    stats = admin.get(f"{path}/stats")
+    stats = stats if stats is not None else admin.get(f"{path}/stats")
     internal = admin.get(f"{path}/internalStats")
-    read_at_ms = int(time.time() * 1000)
+    return cursor_states(topic, stats, internal, int(time.time() * 1000))
+
+
+def cursor_states(topic: str, stats: dict[str, Any], internal: dict[str, Any],
+                  read_at_ms: int) -> dict[str, CursorState]:
+    """read_cursors over stats and internalStats already read."""
     cursors = internal.get("cursors") or {}
     states = {}
     for name, sub in sorted((stats.get("subscriptions") or {}).items()):

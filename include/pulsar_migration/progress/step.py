@@ -33,6 +33,7 @@ from pulsar_migration.progress.cursors import CursorState, read_cursors
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import inventory
 from pulsar_migration.report import stable_hash
+from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
@@ -48,15 +49,17 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                              "acknowledged messages, as Pulsar's replicated subscriptions do (never exact)")
 
 
-def run(ctx: StepContext, *, in_driver: bool = False) -> None:
+def run(ctx: StepContext, *, in_driver: bool = False, snapshot: FenceSnapshot | None = None) -> None:
     """The step body; `in_driver` (the cutover's final sync) first tries progress.window, which needs no Spark
-    job, and falls back to the Spark path when the window is not for it."""
+    job, and falls back to the Spark path when the window is not for it. `snapshot` (the cutover's fence)
+    gives the partitions' bounds and both sides' cursors instead of reading them again."""
     spec, report = ctx.spec, ctx.report
     markdelete_only = bool(getattr(ctx.args, "markdelete_only", False))
     report.details["translation"] = "markdelete-only" if markdelete_only else "exact"
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
-        jobs = inventory(spec, src_admin, tgt_admin, {}, dry_run=ctx.dry_run)
+        jobs = inventory(spec, src_admin, tgt_admin, {}, dry_run=ctx.dry_run,
+                         uppers=snapshot.uppers if snapshot is not None else None)
     finally:
         src_admin.close()
         tgt_admin.close()
@@ -64,7 +67,8 @@ def run(ctx: StepContext, *, in_driver: bool = False) -> None:
     report.counts["partitions"] = len(topics)
     if in_driver and not ctx.dry_run and not markdelete_only and rundir.is_local(ctx.run_dir):
         try:
-            window.sync(ctx, topics)
+            covered = snapshot is not None and all(t in snapshot.source and t in snapshot.target for t in topics)
+            window.sync(ctx, topics, snapshot if covered else None)
             report.details["path"] = "driver"
             return
         except window.Declined as exc:

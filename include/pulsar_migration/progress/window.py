@@ -27,9 +27,10 @@ from typing import Any
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.positions import Position
 from pulsar_migration.progress.apply import ACK_MAX_IN_FLIGHT, VERIFY_ATTEMPTS, Applied, CursorPlan, apply_cursor
-from pulsar_migration.progress.cursors import CursorState, read_cursors
+from pulsar_migration.progress.cursors import CursorState, cursor_states, read_cursors
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import driver_threads
+from pulsar_migration.snapshot import FenceSnapshot, PartitionState
 from pulsar_migration.stepjob import StepContext, StepFailed
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,11 @@ def plan(rows: list[Row], source: CursorState) -> tuple[CursorPlan, list[tuple[i
     return CursorPlan(source.topic, source.subscription, reset.ledger, reset.entry, False), acks
 
 
-def sync(ctx: StepContext, topics: list[str]) -> None:
+def sync(ctx: StepContext, topics: list[str], snapshot: FenceSnapshot | None = None) -> None:
     """The final sync of `topics`; Declined when the window is not for this path (nothing was written then),
-    StepFailed when a subscription could not be set or differs after the read-back."""
+    StepFailed when a subscription could not be set or differs after the read-back. With the cutover's
+    `snapshot`, both sides' cursors come from it (neither moves while the tenant is fenced) and the read-back
+    reads internalStats only."""
     spec, report = ctx.spec, ctx.report
     started = time.monotonic()
     frame = posmap.read_local(ctx.run_dir, topics)
@@ -132,8 +135,13 @@ def sync(ctx: StepContext, topics: list[str]) -> None:
     client = spec.target_cluster.pulsar_client()
     try:
         with ThreadPoolExecutor(driver_threads(spec, len(topics))) as pool:
-            sources = dict(zip(topics, pool.map(lambda t: read_cursors(src_admin, t), topics), strict=True))
-            targets = read_all(pool, tgt_admin, topics)
+            if snapshot is not None:
+                sources = states_of(snapshot.source, topics)
+                targets = states_of(snapshot.target, topics)
+            else:
+                sources = read_all(pool, src_admin, topics)
+                targets = read_all(pool, tgt_admin, topics)
+            known_stats = {t: snapshot.target[t].stats for t in topics} if snapshot is not None else None
             windows: dict[str, list[Row]] = {}
             for topic in topics:
                 subs = sources[topic]
@@ -163,7 +171,9 @@ def sync(ctx: StepContext, topics: list[str]) -> None:
                     verdict.plan = f"{cursor.reset_ledger}:{cursor.reset_entry}" + (
                         "" if cursor.excluded else " (first unacked)")
                     try:
-                        done.append(apply_cursor(tgt_admin, client, cursor, acks, max_in_flight=ACK_MAX_IN_FLIGHT))
+                        subs = known_stats[topic].get("subscriptions") or {} if known_stats is not None else None
+                        done.append(apply_cursor(tgt_admin, client, cursor, acks, max_in_flight=ACK_MAX_IN_FLIGHT,
+                                                 subscriptions=subs))
                     except Exception as exc:  # one line per subscription (ProgressError or the admin's)
                         done.append(Applied(topic, verdict.subscription, error=f"{type(exc).__name__}: {exc}"))
                 return done
@@ -180,7 +190,7 @@ def sync(ctx: StepContext, topics: list[str]) -> None:
             started = time.monotonic()
             after = before
             for attempt in range(VERIFY_ATTEMPTS):
-                targets = read_all(pool, tgt_admin, topics)
+                targets = read_all(pool, tgt_admin, topics, known_stats)
                 after = [judge(windows[t], s, targets[t][n]) for t in windows for n, s in sources[t].items()]
                 if all(v.exact for v in after) or attempt + 1 == VERIFY_ATTEMPTS:
                     break
@@ -193,8 +203,15 @@ def sync(ctx: StepContext, topics: list[str]) -> None:
     summarise(ctx, after, {(v.topic, v.subscription): v for v in pending}, applied)
 
 
-def read_all(pool: ThreadPoolExecutor, admin: PulsarAdmin, topics: list[str]) -> dict[str, dict[str, CursorState]]:
-    return dict(zip(topics, pool.map(lambda t: read_cursors(admin, t), topics), strict=True))
+def read_all(pool: ThreadPoolExecutor, admin: PulsarAdmin, topics: list[str],
+             stats: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, CursorState]]:
+    """Every topic's cursors; with `stats` (the subscriptions are known) only internalStats is read."""
+    return dict(zip(topics, pool.map(lambda t: read_cursors(admin, t, stats[t] if stats else None), topics),
+                    strict=True))
+
+
+def states_of(side: dict[str, PartitionState], topics: list[str]) -> dict[str, dict[str, CursorState]]:
+    return {t: cursor_states(t, side[t].stats, side[t].internal, side[t].read_at_ms) for t in topics}
 
 
 def summarise(ctx: StepContext, after: list[Verdict], pending: dict[tuple[str, str], Verdict],

@@ -47,6 +47,11 @@ class PartitionJob:
     map_end: tuple[Position, Position] | None = None  # (target, source) of the last mapped entry
     target_exists: bool = True  # False only in a dry run before sync_metadata created the topic
     keep_identity: bool = False  # the cutover's final delta: source producer names and sequence ids
+    # The cutover's final delta: the source is fenced (its end cannot move or vanish before the quiet check,
+    # which proves it did not) and the target's last entry was just read (target_last, None: empty).
+    fenced: bool = False
+    target_last: Position | None = None
+    target_last_known: bool = False
 
     @property
     def base_topic(self) -> str:
@@ -97,11 +102,11 @@ class PartitionOutcome:
 # -- target side ----------------------------------------------------------------------------------
 
 def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Position | None = None,
-                map_source: Position | None = None) -> SourceTag | None:
+                map_source: Position | None = None, *, known: tuple[Position | None] | None = None) -> SourceTag | None:
     """The source position of the target's last message (None: the target partition is empty). When that
     message is the position map's last target entry, the map says where it came from: a rollback's reverse
-    map ends at the source's own messages, which carry no tag."""
-    entry = admin.last_entry(topic)
+    map ends at the source's own messages, which carry no tag. `known`: the target's last entry, just read."""
+    entry = known[0] if known is not None else admin.last_entry(topic)
     if entry is None:
         return None
     if map_target is not None and map_source is not None and entry == map_target:
@@ -387,7 +392,12 @@ def unchanged_since_map(task: PartitionTask) -> bool:
     the tenant's clients are held)."""
     job = task.job
     return (job.target_exists and job.upper is not None and job.upper == task.map_source
-            and task.map_target is not None and task.tgt_admin.last_entry(job.topic) == task.map_target)
+            and task.map_target is not None and target_last(task) == task.map_target)
+
+
+def target_last(task: PartitionTask) -> Position | None:
+    job = task.job
+    return job.target_last if job.target_last_known else task.tgt_admin.last_entry(job.topic)
 
 
 def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
@@ -401,7 +411,9 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         outcome.unchanged = True
         outcome.lag_entries = lag_after(src_admin, job)
         return []
-    resumed = last_copied(tgt_admin, tgt_client, job.topic, map_target, map_source) if job.target_exists else None
+    known = (job.target_last,) if job.target_last_known else None
+    resumed = last_copied(tgt_admin, tgt_client, job.topic, map_target, map_source,
+                          known=known) if job.target_exists else None
     resume_after = resumed.position if resumed else None
     outcome.resumed_after = str(resume_after) if resume_after else None
     if resume_after and job.upper and resume_after > job.upper:
@@ -489,8 +501,9 @@ def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
 
 def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
     """A reader of a deleted topic just runs dry (and may auto-create it again, empty): after reading, the
-    source must still hold the run's bound, or the copy would look complete while it is not."""
-    if job.upper is None:
+    source must still hold the run's bound, or the copy would look complete while it is not. (Under the
+    cutover's fence the quiet check makes the same read after the final sync.)"""
+    if job.upper is None or job.fenced:
         return
     try:
         last = admin.last_message_id(job.topic)
@@ -502,9 +515,12 @@ def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
 
 
 def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
-    """Source entries written after the run's bound, when countable (same ledger)."""
+    """Source entries written after the run's bound, when countable (same ledger); none under the cutover's
+    fence (the quiet check proves the source did not move)."""
     if job.upper is None:
         return None
+    if job.fenced:
+        return 0
     last = admin.last_message_id(job.topic)
     ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
     if ledger == job.upper.ledger:

@@ -29,6 +29,7 @@ from pulsar_migration.replication.partition import (
     copy_partition,
 )
 from pulsar_migration.report import stable_hash
+from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
@@ -58,13 +59,15 @@ Bound = Callable[[str], "tuple[Position, Position | None] | None"]
 
 
 def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Literal["auto"] = False,
-        bound: Bound | None = None) -> None:
+        bound: Bound | None = None, snapshot: FenceSnapshot | None = None) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
     sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
     dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
     cost would dominate a delta of a few hundred entries; AUTO does so when the delta is known to be small
     (`small_delta`). `bound` (backfill windows) caps each partition's
-    range and says where a partition new to the map starts."""
+    range and says where a partition new to the map starts. `snapshot` (the cutover's final delta) gives each
+    partition's bound, the target's last entry and its deduplication state as read right after the fence:
+    the source is quiet then, and nothing else writes the target."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
@@ -77,9 +80,13 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
             ends = posmap.ends_local(ctx.run_dir)
         else:
             ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
-        jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run, bound=bound)
+        jobs = inventory(spec, src_admin, tgt_admin, ends, dry_run=ctx.dry_run, bound=bound,
+                         uppers=snapshot.uppers if snapshot is not None else None)
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
+        if snapshot is not None:
+            jobs = [replace(job, fenced=True, target_last=snapshot.target[job.topic].last, target_last_known=True)
+                    if job.topic in snapshot.target else job for job in jobs]
         if decide and in_driver:
             total = pending_total(jobs, src_admin, spec.admin_concurrency)
             in_driver = report.details["in_driver"] = total is not None and total <= DRIVER_DELTA_MAX_ENTRIES
@@ -95,7 +102,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
             return
         if not ctx.dry_run:
             started = time.monotonic()
-            report.details["deduplication_enabled_on"] = enable_deduplication(tgt_admin, spec, jobs)
+            running = {t for t, state in snapshot.target.items() if state.deduplicating} if snapshot else set()
+            report.details["deduplication_enabled_on"] = enable_deduplication(tgt_admin, spec, jobs, running)
             if spec.replication_mode == "geo":
                 from pulsar_migration.replication import geo
 
@@ -114,10 +122,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
 
 def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
               ends: dict[str, posmap.MapEnd], *, dry_run: bool = False,
-              bound: Bound | None = None) -> list[PartitionJob]:
-    """One job per source partition (non-partitioned topics are one), with the source's last entry now.
-    Fails before anything is written when a topic is missing or shaped differently on the target; a dry
-    run (e.g. of the whole migration, before sync_metadata really ran) plans such topics as empty."""
+              bound: Bound | None = None, uppers: dict[str, Position | None] | None = None) -> list[PartitionJob]:
+    """One job per source partition (non-partitioned topics are one), with the source's last entry now
+    (from `uppers` when it was just read). Fails before anything is written when a topic is missing or shaped
+    differently on the target; a dry run (e.g. of the whole migration, before sync_metadata really ran)
+    plans such topics as empty."""
     source = read_layout(src_admin, spec, must_exist=True)
     target = read_layout(tgt_admin, spec, must_exist=False)
     target_topics = {t.local: t.partitioned for t in target.topics}
@@ -151,7 +160,7 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     def job(item: tuple[str, str, int]) -> PartitionJob | None:
         topic, local, index = item
         try:
-            upper = src_admin.last_entry(topic)
+            upper = uppers[topic] if uppers is not None and topic in uppers else src_admin.last_entry(topic)
         except NotFound:
             raise ReplicationError(f"partition {topic} does not exist on the source {spec.source}") from None
         end = ends.get(topic)
@@ -220,18 +229,20 @@ def small_delta(jobs: list[PartitionJob], admin: PulsarAdmin | None = None, conc
     return total is not None and total <= DRIVER_DELTA_MAX_ENTRIES
 
 
-def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[PartitionJob]) -> list[str]:
+def enable_deduplication(admin: PulsarAdmin, spec: MigrationSpec, jobs: list[PartitionJob],
+                         running: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Turns deduplication on for every namespace with selected topics on the target (what makes copies
-    and client re-sends exactly-once) and waits until each target partition runs with it. Returns the
-    namespaces it changed."""
+    and client re-sends exactly-once) and waits until each target partition runs with it (those in `running`
+    were just seen doing so). Returns the namespaces it changed."""
     return enable_deduplication_on(admin, spec, sorted({job.local.split("/", 1)[0] for job in jobs}),
-                                   [job.topic for job in jobs])
+                                   [job.topic for job in jobs], running)
 
 
 def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces: list[str],
-                            topics: list[str]) -> list[str]:
+                            topics: list[str], running: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Deduplication on for the tenant's `namespaces` on `admin`'s cluster, then waits until every one of
-    `topics` runs with it. Returns the namespaces it changed."""
+    `topics` runs with it (not asking again about those in `running`, unless a namespace was changed now).
+    Returns the namespaces it changed."""
     changed = []
     for ns in namespaces:
         path = f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/deduplication"
@@ -239,6 +250,8 @@ def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces:
             admin.post(path, True)
             changed.append(ns)
             log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, admin.name)
+    if not changed:
+        topics = [t for t in topics if t not in running]
     pending = wait_deduplicating(admin, topics, DEDUP_WAIT_S)
     if pending:
         raise ReplicationError(f"deduplication is not running on {len(pending)} target partition(s) after "

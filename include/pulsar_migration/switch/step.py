@@ -48,6 +48,7 @@ import argparse
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -55,9 +56,11 @@ from pulsar_migration import faults
 from pulsar_migration.admin import PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
+from pulsar_migration.positions import Position
 from pulsar_migration.report import StepReport
+from pulsar_migration.snapshot import FenceSnapshot, read_side
 from pulsar_migration.stepjob import StepContext, StepFailed
-from pulsar_migration.switch.fanout import each_partition
+from pulsar_migration.switch.fanout import FENCE_THREADS, each_partition
 from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
 
 log = logging.getLogger(__name__)
@@ -202,32 +205,25 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
         with phases("fence"):
             # Geo mode: who might re-send after the flip (geo_dedup); copy mode's final delta keeps their identities.
             fenced_producers = producers_by_partition(src_admin, partitions) if geo else {}
-            for ns in namespaces(ctx, src_admin):
-                src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
-            wait_clients_gone(src_admin, partitions)
-            before = last_entries(src_admin, partitions)
+            with ThreadPoolExecutor(1) as side:
+                # Copy mode: nothing writes the target now, and its broker is idle while the source unloads.
+                target_read = None if geo else side.submit(read_side, tgt_admin, partitions)
+                for ns in namespaces(ctx, src_admin):
+                    src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
+                snapshot = FenceSnapshot(read_side(src_admin, partitions, wait_clients_gone(src_admin, partitions)),
+                                         target_read.result() if target_read is not None else {})
         with phases("final_replicate"):
-            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True)
+            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True,
+                                                         snapshot=None if geo else snapshot)
         if geo:
             with phases("target_dedup"):
                 report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers)
         with phases("final_progress"):
-            report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True)
+            if geo:  # the replicator wrote the target until the final delta was paired: read it now
+                snapshot = FenceSnapshot(snapshot.source, read_side(tgt_admin, partitions))
+            report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True, snapshot=snapshot)
         with phases("quiet_check"):
-            after = last_entries(src_admin, partitions)
-            moved = [t for t in partitions if before[t] != after[t]]
-            if moved:
-                raise SwitchError(f"{len(moved)} source partition(s) got messages during the fence (first: "
-                                  f"{moved[0]}): a client bypasses the lookup service")
-            clients = connected_clients(src_admin, partitions)
-            if clients:
-                raise SwitchError(f"clients reattached to the source during the fence: {clients[0]}")
-            collisions = ledger_collisions(src_admin, tgt_admin, partitions)
-            report.details["ledger_collisions"] = collisions
-            if collisions:
-                raise SwitchError(f"ledger id {collisions[0]['ledgers'][0]} of {collisions[0]['topic']} exists on both "
-                                  "clusters: a consumer acking a prefetched source message on the target could ack "
-                                  "an unrelated entry")
+            report.details["ledger_collisions"] = quiet_check(src_admin, tgt_admin, partitions, snapshot)
         with phases("flip"):
             lookup.set_route(spec.tenant, spec.target, reason=f"switch from {spec.source}", release=True)
             flipped = True
@@ -262,11 +258,11 @@ def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[
 
 
 def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driver: bool | Literal["auto"] = False,
-             name: str = "") -> dict[str, Any]:
+             name: str = "", snapshot: FenceSnapshot | None = None) -> dict[str, Any]:
     """Runs replicate_topics or sync_progress in this process under the switch; its report goes to
     RUN_DIR/switch_lookup.<step>[.<name>].json. `in_driver` takes their driver-only paths (no Spark job; the
-    final delta is small and clients wait for it). Returns its verdict, counts and time; StepFailed when it
-    failed."""
+    final delta is small and clients wait for it); `snapshot` is what the fence read. Returns its verdict,
+    counts and time; StepFailed when it failed."""
     from pulsar_migration.progress.step import run as progress_run
     from pulsar_migration.replication.step import run as replication_run
 
@@ -275,9 +271,9 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
                       args=argparse.Namespace(markdelete_only=False), report=report, _lazy_spark=ctx._lazy_spark)
     try:
         if step == "replicate_topics":
-            replication_run(sub, keep_identity=keep_identity, in_driver=in_driver)
+            replication_run(sub, keep_identity=keep_identity, in_driver=in_driver, snapshot=snapshot)
         else:
-            progress_run(sub, in_driver=bool(in_driver))
+            progress_run(sub, in_driver=bool(in_driver), snapshot=snapshot)
         report.finish("ok")
     except StepFailed as exc:
         report.finish("failed", str(exc))
@@ -288,47 +284,74 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
             "path": report.details.get("path") or ("driver" if report.details.get("in_driver") else "spark")}
 
 
-def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> None:
+def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> dict[str, dict[str, Any]]:
+    """Polls the partitions' stats until none shows a client; returns each partition's last stats."""
     deadline = time.monotonic() + CLIENTS_GONE_TIMEOUT_S
+    stats: dict[str, dict[str, Any]] = {}
+    pending = list(partitions)
     while True:
-        clients = connected_clients(admin, partitions)
-        if not clients:
-            return
+        stats.update(zip(pending, each_partition(admin, pending, topic_stats), strict=True))
+        pending = [t for t in pending if clients_in(t, stats[t])]
+        if not pending:
+            return stats
         if time.monotonic() > deadline:
+            clients = [c for t in pending for c in clients_in(t, stats[t])]
             raise SwitchError(f"{len(clients)} client(s) still connected to the source {CLIENTS_GONE_TIMEOUT_S:.0f}s "
                               f"after the unload (first: {clients[0]}): they bypass the lookup service")
         time.sleep(0.2)
 
 
+def topic_stats(admin: PulsarAdmin, topic: str) -> dict[str, Any]:
+    return dict(admin.get(f"{admin.topic_path(topic)}/stats"))
+
+
+def clients_in(topic: str, stats: dict[str, Any]) -> list[str]:
+    """The producers and consumers one partition's stats show."""
+    found = [f"producer {p.get('producerName')} from {p.get('address')} on {topic}"
+             for p in stats.get("publishers") or []]
+    for sub, s in (stats.get("subscriptions") or {}).items():
+        found += [f"consumer {c.get('consumerName')} of {sub} from {c.get('address')} on {topic}"
+                  for c in s.get("consumers") or []]
+    return found
+
+
 def connected_clients(admin: PulsarAdmin, partitions: list[str]) -> list[str]:
-    def clients_of(admin: PulsarAdmin, topic: str) -> list[str]:
-        stats = admin.get(f"{admin.topic_path(topic)}/stats")
-        found = [f"producer {p.get('producerName')} from {p.get('address')} on {topic}"
-                 for p in stats.get("publishers") or []]
-        for sub, s in (stats.get("subscriptions") or {}).items():
-            found += [f"consumer {c.get('consumerName')} of {sub} from {c.get('address')} on {topic}"
-                      for c in s.get("consumers") or []]
-        return found
-
-    return [c for found in each_partition(admin, partitions, clients_of) for c in found]
+    return [c for topic, stats in zip(partitions, each_partition(admin, partitions, topic_stats), strict=True)
+            for c in clients_in(topic, stats)]
 
 
-def last_entries(admin: PulsarAdmin, partitions: list[str]) -> dict[str, str]:
-    def last(admin: PulsarAdmin, topic: str) -> str:
-        found = admin.last_message_id(topic)
-        return f"{found.get('ledgerId')}:{found.get('entryId')}"
+def quiet_check(src: PulsarAdmin, tgt: PulsarAdmin, partitions: list[str],
+                snapshot: FenceSnapshot) -> list[dict[str, Any]]:
+    """After the final sync: no source partition moved since the fence's snapshot and none has a client (a
+    client bypassing the lookup service), and no source ledger id of a partition is a ledger id of the same
+    partition on the target (read now: the final delta may have rolled a ledger). One pass, both clusters at
+    once. Returns the collisions (SwitchError when there are any)."""
+    def look(topic: str) -> tuple[Position | None, list[str], set[int]]:
+        internal = tgt.get(f"{tgt.topic_path(topic)}/internalStats")
+        return (src.last_entry(topic), clients_in(topic, topic_stats(src, topic)),
+                {int(ledger["ledgerId"]) for ledger in internal.get("ledgers") or []})
 
-    return dict(zip(partitions, each_partition(admin, partitions, last), strict=True))
+    with ThreadPoolExecutor(max(1, min(len(partitions), FENCE_THREADS))) as pool:
+        looks = dict(zip(partitions, pool.map(look, partitions), strict=True))
+    moved = [t for t in partitions if looks[t][0] != snapshot.source[t].last]
+    if moved:
+        raise SwitchError(f"{len(moved)} source partition(s) got messages during the fence (first: "
+                          f"{moved[0]}): a client bypasses the lookup service")
+    clients = [c for t in partitions for c in looks[t][1]]
+    if clients:
+        raise SwitchError(f"clients reattached to the source during the fence: {clients[0]}")
+    collisions = ledger_collisions({t: snapshot.source[t].ledgers for t in partitions},
+                                   {t: looks[t][2] for t in partitions})
+    if collisions:
+        raise SwitchError(f"ledger id {collisions[0]['ledgers'][0]} of {collisions[0]['topic']} exists on both "
+                          "clusters: a consumer acking a prefetched source message on the target could ack "
+                          "an unrelated entry")
+    return collisions
 
 
-def ledger_collisions(src: PulsarAdmin, tgt: PulsarAdmin, partitions: list[str]) -> list[dict[str, Any]]:
-    def ledgers(admin: PulsarAdmin, topic: str) -> set[int]:
-        stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
-        return {int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or []}
-
-    pairs = zip(partitions, each_partition(src, partitions, ledgers), each_partition(tgt, partitions, ledgers),
-                strict=True)
-    return [{"topic": topic, "ledgers": sorted(a & b)} for topic, a, b in pairs if a & b]
+def ledger_collisions(source: dict[str, set[int]], target: dict[str, set[int]]) -> list[dict[str, Any]]:
+    return [{"topic": topic, "ledgers": sorted(ids & target[topic])} for topic, ids in source.items()
+            if ids & target[topic]]
 
 
 def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
