@@ -13,6 +13,7 @@ import http.client
 import logging
 import ssl
 import threading
+import weakref
 from urllib.parse import urlsplit
 
 import requests.certs
@@ -48,7 +49,8 @@ class KeepAliveGetter:
         self._tls = tls or (tls_context(True, None, None) if self._https else None)
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: set[http.client.HTTPConnection] = set()
+        # Weak: a connection whose thread has ended (pools come and go) is closed when collected, not kept open.
+        self._open: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
@@ -93,6 +95,6 @@ class KeepAliveGetter:
 
     def close(self) -> None:
         with self._lock:
-            conns, self._open = list(self._open), set()
+            conns, self._open = list(self._open), weakref.WeakSet()
         for conn in conns:
             conn.close()

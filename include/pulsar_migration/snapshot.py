@@ -18,7 +18,7 @@ from typing import Any
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.positions import Position
 
-READ_THREADS = 32
+READ_THREADS = 64
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ def test_broker_reasons_pass_through() -> None:
 class _Answers:
     """A stand-in for the requests session: answers each call with the next (status, body) in turn."""
 
+    headers: dict[str, str] = {}
+
     def __init__(self, answers: list[tuple[int, bytes]]) -> None:
         self.answers, self.calls = answers, 0
 

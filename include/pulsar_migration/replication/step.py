@@ -316,7 +316,7 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutco
     return outcomes
 
 
-DRIVER_THREADS_MIN = 32  # partitions at once in the driver path: each mostly waits on round trips
+DRIVER_THREADS_MIN = 64  # partitions at once in the driver path: each mostly waits on round trips
 
 
 def driver_threads(spec: MigrationSpec, jobs: int) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pulsar_migration.admin import PulsarAdmin
 
-FENCE_THREADS = 32
+FENCE_THREADS = 64
 
 
 def each_partition(admin: PulsarAdmin, partitions: list[str], read: Any) -> list[Any]:

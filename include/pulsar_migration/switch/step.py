@@ -199,6 +199,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             report.details["catch_up"] = rounds
         with phases("source_dedup"):
             report.details["source_deduplication_enabled_on"] = source_deduplication(ctx, src_admin, partitions)
+        fenced_namespaces = namespaces(ctx, src_admin)  # read before the hold: clients do not wait for it
         with phases("hold"):
             lookup.hold(spec.tenant, reason=f"switch to {spec.target}: hold")
             held_at = time.monotonic()
@@ -208,7 +209,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             with ThreadPoolExecutor(1) as side:
                 # Copy mode: nothing writes the target now, and its broker is idle while the source unloads.
                 target_read = None if geo else side.submit(read_side, tgt_admin, partitions)
-                for ns in namespaces(ctx, src_admin):
+                for ns in fenced_namespaces:
                     src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
                 snapshot = FenceSnapshot(read_side(src_admin, partitions, wait_clients_gone(src_admin, partitions)),
                                          target_read.result() if target_read is not None else {})
