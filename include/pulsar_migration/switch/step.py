@@ -101,6 +101,19 @@ class Phases:
         faults.at(f"switch.after_{name}", 1)  # kill tests park here (PM_FAULT)
 
 
+class Stopwatch:
+    """Lap times within a phase, for the report."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
+
+
 def run(ctx: StepContext) -> None:
     spec, report = ctx.spec, ctx.report
     if not spec.lookup_url:
@@ -209,10 +222,17 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             with ThreadPoolExecutor(1) as side:
                 # Copy mode: nothing writes the target now, and its broker is idle while the source unloads.
                 target_read = None if geo else side.submit(read_side, tgt_admin, partitions)
+                steps = Stopwatch()
                 for ns in fenced_namespaces:
                     src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
-                snapshot = FenceSnapshot(read_side(src_admin, partitions, wait_clients_gone(src_admin, partitions)),
-                                         target_read.result() if target_read is not None else {})
+                steps.lap("unload")
+                last_stats = wait_clients_gone(src_admin, partitions)
+                steps.lap("clients_gone")
+                source = read_side(src_admin, partitions, last_stats)
+                steps.lap("source_read")
+                snapshot = FenceSnapshot(source, target_read.result() if target_read is not None else {})
+                steps.lap("target_read")
+                report.details["fence_s"] = steps.laps
         with phases("final_replicate"):
             report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True,
                                                          snapshot=None if geo else snapshot)
