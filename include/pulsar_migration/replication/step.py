@@ -84,7 +84,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
                          uppers=snapshot.uppers if snapshot is not None else None)
         if keep_identity:
             jobs = [replace(job, keep_identity=True) for job in jobs]
-        if snapshot is not None:
+        if snapshot is not None and spec.replication_mode == "copy":  # geo's replicator may still be writing
             jobs = [replace(job, fenced=True, target_last=snapshot.target[job.topic].last, target_last_known=True)
                     if job.topic in snapshot.target else job for job in jobs]
         if decide and in_driver:

@@ -89,9 +89,11 @@ def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[st
     if not pairs:
         return {"partitions": 0, "producers": 0}
     started = time.monotonic()
-    reload_with_dedup(tgt_admin, sorted(producers))
-    source = last_sequence_ids(spec.source_cluster, pairs)
-    target = last_sequence_ids(spec.target_cluster, pairs)
+    with ThreadPoolExecutor(1) as side:  # the fenced source's answers do not change: ask while the target reloads
+        asked = side.submit(last_sequence_ids, spec.source_cluster, pairs)
+        reload_with_dedup(tgt_admin, sorted(producers))
+        target = last_sequence_ids(spec.target_cluster, pairs)
+        source = asked.result()
     behind = [(topic, name, source[(topic, name)], target[(topic, name)]) for topic, name in pairs
               if target[(topic, name)] < source[(topic, name)]]
     if behind:

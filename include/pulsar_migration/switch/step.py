@@ -220,8 +220,10 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             # Geo mode: who might re-send after the flip (geo_dedup); copy mode's final delta keeps their identities.
             fenced_producers = producers_by_partition(src_admin, partitions) if geo else {}
             with ThreadPoolExecutor(1) as side:
-                # Copy mode: nothing writes the target now, and its broker is idle while the source unloads.
-                target_read = None if geo else side.submit(read_side, tgt_admin, partitions)
+                # The target's broker is idle while the source unloads. Nothing but the cutover (and in geo mode the
+                # replicator, whose entries only the copy mode's reads of the target's end would care about) writes
+                # the target now, and no consumer moves its cursors.
+                target_read = side.submit(read_side, tgt_admin, partitions)
                 steps = Stopwatch()
                 for ns in fenced_namespaces:
                     src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
@@ -230,18 +232,15 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                 steps.lap("clients_gone")
                 source = read_side(src_admin, partitions, last_stats)
                 steps.lap("source_read")
-                snapshot = FenceSnapshot(source, target_read.result() if target_read is not None else {})
+                snapshot = FenceSnapshot(source, target_read.result())
                 steps.lap("target_read")
                 report.details["fence_s"] = steps.laps
         with phases("final_replicate"):
-            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True,
-                                                         snapshot=None if geo else snapshot)
+            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True, snapshot=snapshot)
         if geo:
             with phases("target_dedup"):
                 report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers)
         with phases("final_progress"):
-            if geo:  # the replicator wrote the target until the final delta was paired: read it now
-                snapshot = FenceSnapshot(snapshot.source, read_side(tgt_admin, partitions))
             report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True, snapshot=snapshot)
         with phases("quiet_check"):
             report.details["ledger_collisions"] = quiet_check(src_admin, tgt_admin, partitions, snapshot)
