@@ -71,6 +71,16 @@ class KeepAliveGetter:
             self._open.discard(conn)
 
     def get(self, path: str) -> tuple[int, dict[str, str], bytes] | None:
+        """A 2xx answer to GET `path`, or None (no answer, or any other status)."""
+        answer = self.send("GET", path)
+        return answer if answer is not None and 200 <= answer[0] < 300 else None
+
+    def send(self, method: str, path: str, body: bytes | None = None,
+             content_type: str | None = None) -> tuple[int, dict[str, str], bytes] | None:
+        """(status, headers, body) of whatever the server answered, or None when no answer came."""
+        headers = dict(self._headers)
+        if content_type:
+            headers["Content-Type"] = content_type
         # A kept-alive connection the server has since closed fails once: then one fresh connection is tried.
         # A fresh connection that fails goes straight to the caller's full path (a hung broker would otherwise
         # cost a second timeout before it).
@@ -78,20 +88,18 @@ class KeepAliveGetter:
             fresh = getattr(self._local, "conn", None) is None
             conn = self._connection()
             try:
-                conn.request("GET", self._prefix + path, headers=self._headers)
+                conn.request(method, self._prefix + path, body=body, headers=headers)
                 resp = conn.getresponse()
-                body = resp.read()
+                data = resp.read()
             except (OSError, http.client.HTTPException) as exc:
-                log.debug("kept-alive GET %s: %s", path, type(exc).__name__)
+                log.debug("kept-alive %s %s: %s", method, path, type(exc).__name__)
                 self._drop(conn)
                 if fresh:
                     return None
                 continue
             if resp.will_close:
                 self._drop(conn)
-            if 200 <= resp.status < 300:
-                return resp.status, dict(resp.getheaders()), body
-            return None
+            return resp.status, dict(resp.getheaders()), data
 
     def close(self) -> None:
         with self._lock:

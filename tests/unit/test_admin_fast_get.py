@@ -1,5 +1,6 @@
-"""The admin client's plain GETs go over a kept-alive http.client connection; anything but a 2xx answer
-takes the full `requests` path (retries, redirects, typed errors). Against a real local HTTP server."""
+"""The admin client's calls go over a kept-alive http.client connection first: a 2xx answer is the result and a
+final error status its typed error; a retryable status, a redirect or no answer take the full `requests` path
+(retries, redirects). Against a real local HTTP server."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from pulsar_migration.admin import NotFound, PulsarAdmin
+from pulsar_migration.admin import AdminError, Conflict, NotFound, PulsarAdmin
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -29,6 +30,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Location", "/admin/v2/x/json")
             self.send_header("Content-Length", "0")
             self.end_headers()
+
+    def do_POST(self) -> None:
+        self.seen.append((self.path, self.headers.get("User-Agent", "")))
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path.endswith("/echo"):
+            echoed = {"body": json.loads(body) if body else None, "type": self.headers.get("Content-Type")}
+            self._answer(200, json.dumps(echoed).encode(), "application/json")
+        elif self.path.endswith("/conflict"):
+            self._answer(409, b'{"reason": "This topic already exists"}', "application/json")
+        elif self.path.endswith("/busy"):
+            self._answer(503, b'{"reason": "busy"}', "application/json")
+
+    do_PUT = do_POST
 
     def _answer(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
@@ -77,5 +91,30 @@ def test_errors_and_redirects_take_the_full_path(server: str) -> None:
             admin.get("/x/missing")
         assert admin.get("/x/moved") == {"ok": 1}  # requests follows the broker's redirect
         assert _via_requests() >= 2
+    finally:
+        admin.close()
+
+
+def test_writes_send_json_and_final_errors_are_typed_without_a_second_send(server: str) -> None:
+    admin = PulsarAdmin(server, name="local", retries=0)
+    try:
+        assert admin.post("/x/echo", {"ledgerId": 3, "entryId": 0}) == {
+            "body": {"ledgerId": 3, "entryId": 0}, "type": "application/json"}
+        assert admin.put("/x/echo") == {"body": None, "type": None}
+        assert admin.post("/x/echo", True)["body"] is True
+        with pytest.raises(Conflict, match="already exists"):
+            admin.put("/x/conflict")
+        assert [path for path, _ in _Handler.seen].count("/admin/v2/x/conflict") == 1  # not sent again
+        assert _via_requests() == 0
+    finally:
+        admin.close()
+
+
+def test_a_retryable_answer_to_a_write_takes_the_full_path(server: str) -> None:
+    admin = PulsarAdmin(server, name="local", retries=0)
+    try:
+        with pytest.raises(AdminError, match="503"):
+            admin.post("/x/busy", {"a": 1})
+        assert _via_requests() == 1  # the full path asked once more, with its own retry policy
     finally:
         admin.close()
