@@ -16,7 +16,10 @@ Order (each phase timed in the report):
 3. **fence**: unload the tenant's namespaces on the source. Every client is disconnected; its reconnect
    starts with a lookup, which is parked, so nothing can publish or acknowledge on the source any more.
    The step waits until the source shows no producer and no consumer on any selected partition (a client
-   that bypasses the lookup service would show here and stop the switch).
+   that bypasses the lookup service would show here and stop the switch), then reads every partition once
+   on both clusters (snapshot.FenceSnapshot: stats, last entry, internalStats; the target's while the
+   source unloads). The final delta, the final sync and the quiet check work from that one read instead of
+   reading the same things again: while clients wait, every admin call is broker CPU taken from the hold.
 4. **final delta**: replicate_topics and sync_progress again, in the driver (no Spark job: its fixed cost
    was the whole 20-40 s hold of the first cut; progress.window translates the map's tail in plain Python
    and hands over to the Spark path when the window is not for it), on the now quiet source. In
