@@ -101,3 +101,43 @@ def test_producer_names_are_deterministic_per_partition_version_and_batching() -
     others = {producer_name(p1, 1, True), producer_name(p0, 2, True), producer_name(p0, 1, False),
               producer_name(p0, None, True)}
     assert a not in others and len(others) == 4
+
+
+def test_a_later_message_of_the_same_batch_is_read_without_parsing_its_id_again() -> None:
+    import pulsar
+    from pulsar_migration.positions import MessageIdInfo, parse_message_id_data
+
+    first = MessageIdInfo.of(pulsar.MessageId(2, 7, 3, 0))
+    assert (first.ledger, first.entry, first.partition, first.batch_index) == (7, 3, 2, 0)
+    previous = first
+    for index in range(1, 4):
+        message_id = pulsar.MessageId(2, 7, 3, index)
+        fast = MessageIdInfo.of(message_id, previous)
+        assert fast == parse_message_id_data(message_id.serialize())
+        previous = fast
+    # Another entry, an earlier index (a redelivery) or an unbatched message: parsed in full.
+    for message_id in (pulsar.MessageId(2, 7, 4, 0), pulsar.MessageId(2, 7, 3, 1), pulsar.MessageId(2, 7, 5, -1)):
+        assert MessageIdInfo.of(message_id, previous) == parse_message_id_data(message_id.serialize())
+
+
+def test_the_same_batch_fast_path_does_not_serialize() -> None:
+    from pulsar_migration.positions import MessageIdInfo
+
+    class NoSerialize:  # the accessors of a pulsar.MessageId, without its serialized form
+        def __init__(self, ledger: int, entry: int, index: int) -> None:
+            self.ids = (ledger, entry, index)
+
+        def ledger_id(self) -> int:
+            return self.ids[0]
+
+        def entry_id(self) -> int:
+            return self.ids[1]
+
+        def batch_index(self) -> int:
+            return self.ids[2]
+
+        def serialize(self) -> bytes:
+            raise AssertionError("parsed in full")
+
+    previous = MessageIdInfo(7, 3, 2, 0, 500)
+    assert MessageIdInfo.of(NoSerialize(7, 3, 1), previous) == MessageIdInfo(7, 3, 2, 1, 500)

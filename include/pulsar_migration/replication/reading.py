@@ -56,6 +56,7 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
         dry_since: float | None = None
         failing_since: float | None = None
         last_read: tuple[int, int, int] | None = None
+        previous: MessageIdInfo | None = None
         while True:
             # Asked before every read, not after a timed-out one: the client answers from the broker's last
             # id it has cached while that is ahead, so only the end costs a round trip, never a poll wait.
@@ -87,7 +88,8 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             except Exception as exc:
                 raise ReadError(f"reading {where} failed: {exc}") from exc
             stalled_since = dry_since = None
-            info = MessageIdInfo.of(message.message_id())
+            info = MessageIdInfo.of(message.message_id(), previous)
+            previous = info
             read_id = (info.ledger, info.entry, info.batch_index)
             if last_read is not None and read_id <= last_read:
                 continue  # delivered again after a reconnect
