@@ -201,6 +201,16 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                    "the admin API to keep it. -1 = every unbatched entry (exact, slower); "
                                    "0 = never (delayed messages become due at once on the target).",
                 },
+                "copy_engine": {
+                    "title": "Copy engine",
+                    "type": "string",
+                    "enum": ["auto", "java", "python"],
+                    "default": "auto",
+                    "description": "Copy mode: 'java' moves whole entries with the Pulsar Java client (needs a "
+                                   "JDK and a Pulsar distribution's lib/, found through PULSAR_HOME); 'python' "
+                                   "re-publishes every message through the Python client; 'auto' takes java when "
+                                   "it is available.",
+                },
                 "geo_timeout_s": {
                     "title": "Geo-replication timeout (s)",
                     "type": "integer",
@@ -395,6 +405,10 @@ class MigrationSpec:
     @property
     def delayed_delivery_horizon_s(self) -> int:
         return int(self.options.get("delayed_delivery_horizon_s", -1))
+
+    @property
+    def copy_engine(self) -> str:
+        return str(self.options.get("copy_engine", "auto"))
 
     @property
     def backfill_sink(self) -> str:

@@ -159,8 +159,8 @@ def test_token_pasted_into_token_env_is_rejected_without_echoing_it(spec_dict: d
 def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
-                             "delayed_delivery_horizon_s", "geo_timeout_s", "backfill_sink", "archive_path",
-                             "backfill_state_dir"}
+                             "delayed_delivery_horizon_s", "copy_engine", "geo_timeout_s", "backfill_sink",
+                             "archive_path", "backfill_state_dir"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}

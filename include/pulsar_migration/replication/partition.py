@@ -89,6 +89,7 @@ class PartitionOutcome:
     mapped_entries: int = 0
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
+    copy_engine: str | None = None  # java, python, or java+python (the engine left chunked/encrypted entries)
     copy_s: float = 0.0
     verify_s: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -317,6 +318,7 @@ class PartitionTask:
     tgt_admin: PulsarAdmin
     src_client: Any
     tgt_client: Any
+    spec: MigrationSpec | None = None
 
     @property
     def map_target(self) -> Position | None:
@@ -364,7 +366,7 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
     rows: list[MapRow] = []
     try:
         rows = body(PartitionTask(job, outcome, clients.src_admin, clients.tgt_admin, clients.src_client,
-                                  clients.tgt_client))
+                                  clients.tgt_client, spec))
     except expected as exc:
         outcome.fail(str(exc))
     except Exception as exc:  # one line per partition; the driver turns them into the step's error
@@ -377,10 +379,11 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
 
 
 def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
-                   delivery_horizon_s: int,
-                   shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
-    """Copies one partition and verifies it; never raises (failures are in the outcome)."""
-    return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
+                   delivery_horizon_s: int, shared: SharedClients | None = None,
+                   use_engine: bool = False) -> tuple[PartitionOutcome, list[MapRow]]:
+    """Copies one partition and verifies it; never raises (failures are in the outcome). `use_engine`: the copy
+    phase goes through the Java engine (replication.engine) where it can."""
+    return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s, use_engine),
                          (ReadError, SendError, PositionError), shared)
 
 
@@ -400,9 +403,38 @@ def target_last(task: PartitionTask) -> Position | None:
     return job.target_last if job.target_last_known else task.tgt_admin.last_entry(job.topic)
 
 
-def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
+def resume_point(task: PartitionTask) -> Position | None:
+    """The last source entry the target already holds (None: nothing of this run's range), capped at the run's
+    bound (a target ahead of it has nothing to receive)."""
+    job = task.job
+    known = (job.target_last,) if job.target_last_known else None
+    resumed = last_copied(task.tgt_admin, task.tgt_client, job.topic, task.map_target, task.map_source,
+                          known=known) if job.target_exists else None
+    resume_after = resumed.position if resumed else None
+    task.outcome.resumed_after = str(resume_after) if resume_after else None
+    if resume_after and job.upper and resume_after > job.upper:
+        return job.upper
+    return resume_after
+
+
+@dataclass
+class Copied:
+    """What the copy phase saw and did, whichever path did it: the source range's content hash, the send
+    receipts' digest, and the source entries whose re-send the target's dedup dropped (no receipt position)."""
+
+    source_messages: int = 0
+    source_entries: int = 0
+    source_bytes: int = 0
+    source_hash: str = ContentHash().hexdigest
+    receipts: int = 0
+    receipts_digest: str = PairDigest().hexdigest
+    deduplicated_sources: frozenset[Position] = frozenset()
+
+
+def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int,
+          use_engine: bool = False) -> list[MapRow]:
     job, outcome = task.job, task.outcome
-    src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
+    src_admin, tgt_admin, tgt_client = task.src_admin, task.tgt_admin, task.tgt_client
     map_target, map_source = task.map_target, task.map_source
     if not dry_run and unchanged_since_map(task):
         outcome.resumed_after = str(map_source)
@@ -411,19 +443,72 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         outcome.unchanged = True
         outcome.lag_entries = lag_after(src_admin, job)
         return []
-    known = (job.target_last,) if job.target_last_known else None
-    resumed = last_copied(tgt_admin, tgt_client, job.topic, map_target, map_source,
-                          known=known) if job.target_exists else None
-    resume_after = resumed.position if resumed else None
-    outcome.resumed_after = str(resume_after) if resume_after else None
-    if resume_after and job.upper and resume_after > job.upper:
-        resume_after = job.upper  # the target is ahead of this run's bound: nothing to send
+    resume_after = resume_point(task)
+    started = time.monotonic()
+    copied: Copied | None = None
+    if use_engine and not dry_run and not job.keep_identity and job.upper is not None:
+        copied = copy_with_engine(task, resume_after, max_in_flight)
+        if copied is None:  # the engine left the rest (from a chunked or encrypted entry) to the Python path
+            resume_after = resume_point(task)
+    if copied is None:
+        copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
+    outcome.copy_s = round(time.monotonic() - started, 3)
+    outcome.source_messages, outcome.source_entries = copied.source_messages, copied.source_entries
+    outcome.source_bytes, outcome.source_hash = copied.source_bytes, copied.source_hash
+    outcome.receipts, outcome.receipts_digest = copied.receipts, copied.receipts_digest
+    if dry_run:
+        outcome.status = PLANNED
+        return []
+
+    started = time.monotonic()
+    scan = scan_copied_target(tgt_client, job, map_target, resume_after, tgt_admin.last_entry(job.topic),
+                              copied.deduplicated_sources, tgt_admin.name)
+    outcome.verify_s = round(time.monotonic() - started, 3)
+    outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
+    outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
+    outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
+    judge(outcome, scan.shape_errors)
+    outcome.lag_entries = lag_after(src_admin, job)
+    return scan.rows
+
+
+def copy_with_engine(task: PartitionTask, resume_after: Position | None, max_in_flight: int) -> Copied | None:
+    """The copy phase through the Java engine (replication.engine); None when it stopped at an entry it leaves
+    to the Python path (everything it sent before is stored, as after a kill)."""
+    from pulsar_migration.replication import engine
+
+    job, outcome = task.job, task.outcome
+    assert job.upper is not None and task.spec is not None
+    try:
+        result = engine.copy(task.spec, topic=job.topic, base_topic=job.base_topic, after=task.map_source,
+                             resume_after=resume_after, upper=job.upper, max_in_flight=max_in_flight)
+    except engine.EngineError as exc:
+        raise SendError(str(exc)) from None
+    outcome.copy_engine = "java"
+    outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
+    outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
+    outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
+    if result.fallback_at is not None:
+        log.info("%s: entry %s is chunked or encrypted; the Python path copies from there", job.topic,
+                 result.fallback_at)
+        outcome.copy_engine = "java+python"
+        return None
+    check_source_intact(task.src_admin, job)
+    return Copied(result.source_messages, result.source_entries, result.source_bytes, result.source_hash,
+                  result.receipts, result.receipts_digest, result.deduplicated_sources)
+
+
+def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run: bool, max_in_flight: int,
+                     delivery_horizon_s: int) -> Copied:
+    """The copy phase through the Python client: every message read, hashed and re-published (replication.sending);
+    the only path for a dry run and for the cutover's final delta (source identities kept)."""
+    job, outcome = task.job, task.outcome
+    src_admin, tgt_admin, src_client, tgt_client = task.src_admin, task.tgt_admin, task.src_client, task.tgt_client
     receipts = PairDigest()
 
     def on_receipt(tag: SourceTag, target: MessageIdInfo) -> None:
         receipts.add(tag.position, target.position)
 
-    started = time.monotonic()
     source_hash = ContentHash()
     headers_of = EntryHeaders(src_admin, job.topic)
     sender = None if dry_run else EntrySender(
@@ -438,13 +523,18 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
                 resume_after is None or info.position > resume_after):
             headers_of.prefetch(info)
 
+    skipped = 0
+    # After the engine stopped at a chunked or encrypted entry: what it copied counts as copied, not as found.
+    by_engine = outcome.copied_messages, outcome.copied_entries, outcome.copied_bytes, outcome.deduplicated
+    if sender is not None:
+        outcome.copy_engine = "python" if outcome.copy_engine is None else outcome.copy_engine
     try:
         if job.upper is not None:
-            entries = read_range(src_client, job.topic, map_source, job.upper, cluster=src_admin.name)
+            entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if resume_after is not None and info.position <= resume_after:
-                    outcome.skipped_messages += 1
+                    skipped += 1
                     continue
                 if sender is None:
                     outcome.copied_messages += 1
@@ -456,32 +546,19 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         if sender is not None:
             sender.drain()
             stats = sender.stats
-            outcome.copied_messages, outcome.copied_entries = stats.messages, stats.entries
-            outcome.copied_bytes, outcome.deduplicated = stats.bytes, stats.deduplicated
-            outcome.delayed_messages = stats.delayed
+            outcome.copied_messages = by_engine[0] + stats.messages
+            outcome.copied_entries = by_engine[1] + stats.entries
+            outcome.copied_bytes = by_engine[2] + stats.bytes
+            outcome.deduplicated = by_engine[3] + stats.deduplicated
+            outcome.delayed_messages += stats.delayed
     finally:
         headers_of.close()
         if sender is not None:
             sender.close()
-    outcome.copy_s = round(time.monotonic() - started, 3)
-    outcome.source_messages, outcome.source_entries = source_hash.messages, source_hash.entries
-    outcome.source_bytes, outcome.source_hash = source_hash.bytes, source_hash.hexdigest
-    outcome.receipts, outcome.receipts_digest = receipts.count, receipts.hexdigest
-    if dry_run:
-        outcome.status = PLANNED
-        return []
-
-    started = time.monotonic()
-    deduplicated = frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset()
-    scan = scan_copied_target(tgt_client, job, map_target, resume_after, tgt_admin.last_entry(job.topic),
-                              deduplicated, tgt_admin.name)
-    outcome.verify_s = round(time.monotonic() - started, 3)
-    outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
-    outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
-    outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
-    judge(outcome, scan.shape_errors)
-    outcome.lag_entries = lag_after(src_admin, job)
-    return scan.rows
+    outcome.skipped_messages = skipped - by_engine[0]  # the engine's copies were found on the target here
+    return Copied(source_hash.messages, source_hash.entries, source_hash.bytes, source_hash.hexdigest,
+                  receipts.count, receipts.hexdigest,
+                  frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset())
 
 
 def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:

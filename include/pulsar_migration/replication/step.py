@@ -71,6 +71,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
+    use_engine = False
     in_driver = bool(in_driver) and rundir.is_local(ctx.run_dir) and not ctx.dry_run
     report.details["in_driver"] = in_driver
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
@@ -108,9 +109,13 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
                 from pulsar_migration.replication import geo
 
                 report.details["geo"] = geo.prepare(spec, src_admin, tgt_admin, jobs)
+            elif not keep_identity and not in_driver:  # driver deltas are small: a JVM start would dominate
+                use_engine = copy_engine_wanted(spec)
             report.details["prepare_s"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
-        outcomes = replicate_in_driver(ctx, jobs) if in_driver else replicate(ctx, jobs)
+        report.details["copy_engine"] = ("java" if use_engine else "python") if spec.replication_mode == "copy" \
+            else None
+        outcomes = replicate_in_driver(ctx, jobs, use_engine) if in_driver else replicate(ctx, jobs, use_engine)
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         summarise(ctx, outcomes, time.monotonic() - started)
     finally:
@@ -279,7 +284,18 @@ def wait_deduplicating(admin: PulsarAdmin, topics: list[str], timeout_s: float, 
 
 # -- the Spark part ----------------------------------------------------------------------------------
 
-def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None) -> Any:
+def copy_engine_wanted(spec: MigrationSpec) -> bool:
+    """Whether the copy goes through the Java engine (replication.engine); one line when it must and cannot."""
+    from pulsar_migration.replication import engine
+
+    try:
+        return engine.wanted(spec)
+    except engine.EngineError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None,
+                    use_engine: bool = False) -> Any:
     mode = spec.replication_mode
 
     def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
@@ -290,18 +306,19 @@ def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | 
                 yield geo.verify_partition(spec, job, shared)
             else:
                 yield copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
-                                     delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=shared)
+                                     delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=shared,
+                                     use_engine=use_engine)
 
     return run_jobs
 
 
-def replicate(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
+def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False) -> list[PartitionOutcome]:
     """Runs every job in Spark tasks (one partition per task), appends the verified partitions' map rows."""
     from pyspark import StorageLevel
 
     spark = ctx.spark
     results = (spark.sparkContext.parallelize(jobs, len(jobs))
-               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run))
+               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run, use_engine=use_engine))
                .persist(StorageLevel.MEMORY_AND_DISK))
     try:
         outcomes = results.map(lambda result: result[0]).collect()
@@ -323,12 +340,13 @@ def driver_threads(spec: MigrationSpec, jobs: int) -> int:
     return max(1, min(jobs, max(spec.admin_concurrency, DRIVER_THREADS_MIN)))
 
 
-def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
+def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False
+                        ) -> list[PartitionOutcome]:
     """The same partition tasks in driver threads (bounded by the spec's admin concurrency); the verified
     partitions' rows are appended to the map in one local Parquet file."""
     shared = SharedClients.open(ctx.spec)
     try:
-        task = _partition_task(ctx.spec, ctx.dry_run, shared)
+        task = _partition_task(ctx.spec, ctx.dry_run, shared, use_engine)
         with ThreadPoolExecutor(driver_threads(ctx.spec, len(jobs))) as pool:
             results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]
     finally:

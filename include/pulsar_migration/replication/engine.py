@@ -1,0 +1,192 @@
+"""The Java copy engine (java/EntryCopy.java): one partition's entries copied whole by the Pulsar Java client.
+
+The Python path (replication.sending) decodes every message and builds each batch again, which bounds it by
+Python's CPU per message. The engine receives each source entry as the broker stores it and sends it as one
+entry: its messages and their metadata unchanged except for the two properties every copy carries, the sequence
+id derived from the source position and the producer names of the Python path (so either path's re-send is
+dropped by the target's deduplication). It hashes the source's messages exactly as content.ContentHash does and
+sums its send receipts as content.PairDigest does; the partition's read-back of the target judges both.
+
+It runs as a `java` child of the Spark task, compiled once per source version into the cache directory against
+a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). Chunked and
+encrypted entries are left to the Python path: the engine stops before the first one, drained, and the
+partition continues where the target ends, as after a kill.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulsar_migration.positions import Position
+from pulsar_migration.spec import MigrationSpec
+
+log = logging.getLogger(__name__)
+
+ENGINE_CLASS = "org.apache.pulsar.client.impl.EntryCopy"
+JAVA_DIR = Path(__file__).with_name("java")
+SOURCE = JAVA_DIR / "EntryCopy.java"
+LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
+# One engine per Spark task next to the brokers: a small heap, one GC thread, no JIT threads fighting for cores.
+JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
+RECEIVER_QUEUE = 5000
+
+
+class EngineError(RuntimeError):
+    """The engine could not be prepared or failed; the message is one line."""
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    source_messages: int
+    source_entries: int
+    source_bytes: int
+    source_hash: str
+    copied_messages: int
+    copied_entries: int
+    copied_bytes: int
+    skipped_messages: int
+    deduplicated: int
+    delayed_messages: int
+    receipts: int
+    receipts_digest: str
+    deduplicated_sources: frozenset[Position]
+    fallback_at: Position | None  # the first entry the engine left to the Python path (None: it did all)
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> EngineResult:
+        def pos(text: str) -> Position:
+            ledger, entry = text.split(":")
+            return Position(int(ledger), int(entry))
+
+        fields = {name: data[name] for name in cls.__dataclass_fields__
+                  if name not in ("deduplicated_sources", "fallback_at")}
+        return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
+                   fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None)
+
+
+def pulsar_lib() -> Path | None:
+    """The lib/ of a Pulsar distribution: PULSAR_HOME's, else the development set-up's cached one."""
+    home = os.environ.get("PULSAR_HOME")
+    candidates = [Path(home)] if home else []
+    try:
+        from localdev.pulsar_dist import pulsar_home  # the development set-up, when installed
+
+        candidates.append(pulsar_home())
+    except ImportError:
+        pass
+    for candidate in candidates:
+        lib = candidate / "lib"
+        if any(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar")):
+            return lib
+    return None
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
+    return Path(os.environ.get("PM_CACHE_DIR", Path(base) / "pulsar-migration")) / "engine"
+
+
+def unavailable_reason() -> str | None:
+    """Why the engine cannot run here (None: it can)."""
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        return "no JDK (java and javac) on PATH"
+    if pulsar_lib() is None:
+        return "no Pulsar distribution found (set PULSAR_HOME)"
+    return None
+
+
+def wanted(spec: MigrationSpec) -> bool:
+    """Whether copies go through the engine: option copy_engine (auto: when it is available here)."""
+    choice = spec.copy_engine
+    if choice == "python":
+        return False
+    reason = unavailable_reason()
+    if reason is None:
+        return True
+    if choice == "java":
+        raise EngineError(f"copy_engine is java but {reason}")
+    log.info("copy engine: python (%s)", reason)
+    return False
+
+
+def compiled(lib: Path) -> Path:
+    """The engine's classes, compiled once per source and client version (a lock keeps parallel tasks from
+    compiling the same thing twice)."""
+    client_jar = sorted(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar"))[-1].name
+    key = hashlib.sha256(SOURCE.read_bytes() + client_jar.encode()).hexdigest()[:16]
+    target = cache_dir() / key
+    if (target / "done").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "done").exists():
+            return target
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{key}-"))
+        answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(staging), str(SOURCE)],
+                                capture_output=True, text=True)
+        if answer.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            first = next((line for line in answer.stderr.splitlines() if "error" in line), answer.stderr.strip())
+            raise EngineError(f"compiling the copy engine failed: {first}")
+        (staging / "done").touch()
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def copy(spec: MigrationSpec, *, topic: str, base_topic: str, after: Position | None,
+         resume_after: Position | None, upper: Position, max_in_flight: int) -> EngineResult:
+    """Copies (after, upper] of `topic` (entries <= resume_after are already on the target: hashed, not sent).
+    Raises EngineError with the engine's one line."""
+    lib = pulsar_lib()
+    if lib is None:
+        raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
+    classes = compiled(lib)
+    source, target = spec.source_cluster, spec.target_cluster
+    job = {
+        "topic": topic, "base_topic": base_topic, "source_name": source.name, "target_name": target.name,
+        "after": _pair(after), "resume_after": _pair(resume_after),
+        "upper": _pair(upper), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
+        "source": source.to_dict(), "target": target.to_dict(),
+    }
+    env = dict(os.environ)
+    for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
+        env.pop(name, None)
+        token = cluster.token()
+        if token:
+            env[name] = token  # secrets reach the child through its environment, never its arguments
+    command = ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", f"{classes}:{lib}/*",
+               ENGINE_CLASS]
+    answer = subprocess.run(command, input=json.dumps(job), capture_output=True, text=True, env=env,
+                            preexec_fn=_die_with_parent)
+    lines = answer.stdout.splitlines()
+    result = next((line for line in reversed(lines) if line.startswith("PM-RESULT ")), None)
+    if answer.returncode == 0 and result is not None:
+        return EngineResult.parse(json.loads(result[len("PM-RESULT "):]))
+    error = next((line for line in reversed(lines) if line.startswith("PM-ERROR ")), None)
+    if error is not None:
+        raise EngineError(error[len("PM-ERROR "):])
+    tail = (answer.stderr.strip().splitlines() or ["no output"])[-1]
+    raise EngineError(f"copy engine for {topic} exited with {answer.returncode}: {tail}")
+
+
+def _pair(position: Position | None) -> list[int] | None:
+    return [position.ledger, position.entry] if position is not None else None

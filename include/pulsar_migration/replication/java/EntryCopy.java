@@ -1,0 +1,673 @@
+/*
+ * The copy engine of replicate_topics (copy mode): one source partition's entries to the target, each source entry
+ * becoming exactly one target entry, without decoding a batch into client messages and building it again.
+ *
+ * It reads the source's raw entries (a non-durable subscription, nothing is acknowledged or kept on the source),
+ * and sends each entry as it is: a batch stays the same batch (its messages' metadata gain the copy's two
+ * properties), an unbatched message stays unbatched, keys, properties, event and delivery times and the schema
+ * version travel in the entry's own metadata. Sequence ids derive from the source position and producer names
+ * are those of the Python path (pulsar_migration.replication.sending), so the target's deduplication drops a
+ * re-send from either path. It hashes every message the way pulsar_migration.replication.content does and sums the
+ * send receipts the way PairDigest does: the Python side compares them with its read-back of the target.
+ *
+ * It lives in org.apache.pulsar.client.impl to receive entries whole (ConsumerImpl.messageReceived, as the
+ * broker's own RawReader does) and to send a prepared message (ProducerImpl.internalSendAsync).
+ *
+ * Input: one JSON job on stdin. Output: one line "PM-RESULT {json}" on stdout; exit 0. A failure is one line
+ * "PM-ERROR <text>" on stdout and exit 1. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN).
+ */
+package org.apache.pulsar.client.impl;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.ByteBufAllocator;
+import java.math.BigInteger;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.pulsar.client.api.AuthenticationFactory;
+import org.apache.pulsar.client.api.ClientBuilder;
+import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.Schema;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionMode;
+import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.impl.conf.ConsumerConfigurationData;
+import org.apache.pulsar.common.api.proto.CommandMessage;
+import org.apache.pulsar.common.api.proto.CompressionType;
+import org.apache.pulsar.common.api.proto.KeyValue;
+import org.apache.pulsar.common.api.proto.MessageIdData;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.api.proto.SingleMessageMetadata;
+import org.apache.pulsar.common.compression.CompressionCodecProvider;
+import org.apache.pulsar.common.naming.TopicName;
+import org.apache.pulsar.common.protocol.Commands;
+import org.apache.pulsar.common.schema.SchemaInfo;
+import org.apache.pulsar.common.schema.SchemaType;
+
+public final class EntryCopy {
+    static final String SOURCE_TAG = "__pm_source";
+    static final String SOURCE_PUBLISH_TIME = "__pm_source_publish_time";
+    static final String GEO_SOURCE = "__MSG_PROP_REPL_SOURCE_POSITION";
+    static final int ENTRY_BITS = 24;
+    static final long SEND_TIMEOUT_MS = 30_000;
+    static final long IDLE_CHECK_MS = 5_000;
+    static final long STALL_LIMIT_MS = 60_000;
+    static final ObjectMapper JSON = new ObjectMapper();
+
+    /** A source entry as the broker sent it. */
+    record Raw(long ledger, long entry, ByteBuf data, ClientCnx cnx, int messages) {}
+
+    /** A consumer that hands over whole entries (the broker's RawReader does the same for compaction). */
+    static final class EntryConsumer extends ConsumerImpl<byte[]> {
+        final LinkedBlockingQueue<Raw> entries = new LinkedBlockingQueue<>();
+
+        EntryConsumer(PulsarClientImpl client, ConsumerConfigurationData<byte[]> conf,
+                      CompletableFuture<Consumer<byte[]>> subscribed, MessageId start) {
+            super(client, conf.getSingleTopic(), conf, client.externalExecutorProvider(),
+                  TopicName.getPartitionIndex(conf.getSingleTopic()), false, false, subscribed, start, 0,
+                  Schema.BYTES, null, false);
+        }
+
+        @Override
+        void messageReceived(CommandMessage command, ByteBuf headersAndPayload, ClientCnx cnx) {
+            MessageIdData id = command.getMessageId();
+            int messages = 1;
+            try {
+                ByteBuf peek = headersAndPayload.duplicate();
+                Commands.skipBrokerEntryMetadataIfExist(peek);
+                MessageMetadata md = Commands.parseMessageMetadata(peek);
+                messages = md.hasNumMessagesInBatch() ? md.getNumMessagesInBatch() : 1;
+            } catch (Throwable t) {
+                // counted as one; the copy loop parses the entry again and reports what is wrong with it
+            }
+            entries.add(new Raw(id.getLedgerId(), id.getEntryId(), headersAndPayload.retain(), cnx, messages));
+        }
+
+        /** Gives back the flow permits of an entry taken off the queue (on the connection it came on). */
+        void consumed(Raw raw) {
+            if (cnx() == raw.cnx()) {
+                increaseAvailablePermits(raw.cnx(), raw.messages());
+            }
+        }
+    }
+
+    /** Schemas of the source topic by version (as the Python path registers them: type, name, definition). */
+    static final class SchemaLookup {
+        final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+        final String url;
+        final String token;
+        final String name;
+        final Map<Long, Schema<byte[]>> cache = new HashMap<>();
+
+        SchemaLookup(String adminUrl, String token, String baseTopic) {
+            TopicName tn = TopicName.get(baseTopic);
+            this.url = adminUrl.replaceAll("/+$", "") + "/admin/v2/schemas/" + tn.getTenant() + "/"
+                    + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
+                    + "/schema/";
+            this.token = token;
+            this.name = baseTopic;
+        }
+
+        Schema<byte[]> of(long version) throws Exception {
+            Schema<byte[]> schema = cache.get(version);
+            if (schema == null) {
+                HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + version))
+                        .timeout(Duration.ofSeconds(30)).GET();
+                if (token != null) {
+                    request.header("Authorization", "Bearer " + token);
+                }
+                HttpResponse<String> answer = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+                if (answer.statusCode() != 200) {
+                    throw new IllegalStateException("schema version " + version + " of " + name + ": HTTP "
+                            + answer.statusCode());
+                }
+                JsonNode body = JSON.readTree(answer.body());
+                SchemaInfo info = SchemaInfo.builder().name(name).type(SchemaType.valueOf(body.get("type").asText()))
+                        .schema(body.get("data").asText().getBytes(StandardCharsets.UTF_8)).build();
+                schema = new EncodedSchema(info);
+                cache.put(version, schema);
+            }
+            return schema;
+        }
+    }
+
+    /** Registers a schema definition and leaves payloads as they are (they are already encoded). */
+    static final class EncodedSchema implements Schema<byte[]> {
+        final SchemaInfo info;
+
+        EncodedSchema(SchemaInfo info) {
+            this.info = info;
+        }
+
+        @Override
+        public byte[] encode(byte[] message) {
+            return message;
+        }
+
+        @Override
+        public byte[] decode(byte[] bytes, byte[] schemaVersion) {
+            return bytes;
+        }
+
+        @Override
+        public SchemaInfo getSchemaInfo() {
+            return info;
+        }
+
+        @Override
+        public Schema<byte[]> clone() {
+            return this;
+        }
+    }
+
+    /** Order-sensitive content hash, as pulsar_migration.replication.content.ContentHash. */
+    static final class ContentHash {
+        final MessageDigest sha = sha256();
+        byte[] chain = new byte[32];
+        long messages;
+        long entries;
+        long bytes;
+
+        void add(byte[] partitionKey, byte[] orderingKey, ByteBuf payload, Map<String, String> properties,
+                 long eventTime, long schemaVersion, boolean nullValue) {
+            sha.reset();
+            field(partitionKey);
+            field(orderingKey);
+            int length = payload.readableBytes();
+            sha.update(ByteBuffer.allocate(4).putInt(length).array());
+            if (payload.hasArray()) {
+                sha.update(payload.array(), payload.arrayOffset() + payload.readerIndex(), length);
+            } else {
+                sha.update(payload.nioBuffer());
+            }
+            StringBuilder text = new StringBuilder();
+            for (Map.Entry<String, String> p : properties.entrySet()) {
+                if (text.length() > 0) {
+                    text.append('\u0000');
+                }
+                text.append(p.getKey()).append('\u0001').append(p.getValue());
+            }
+            field(text.toString().getBytes(StandardCharsets.UTF_8));
+            sha.update(ByteBuffer.allocate(17).putLong(eventTime).putLong(schemaVersion)
+                    .put((byte) (nullValue ? 1 : 0)).array());
+            byte[] digest = sha.digest();
+            sha.reset();
+            sha.update(chain);
+            sha.update(digest);
+            chain = sha.digest();
+            messages++;
+            bytes += length;
+        }
+
+        private void field(byte[] value) {
+            sha.update(ByteBuffer.allocate(4).putInt(value.length).array());
+            sha.update(value);
+        }
+    }
+
+    /** Order-independent digest of (source entry, target entry) pairs, as content.PairDigest. */
+    static final class PairDigest {
+        static final BigInteger MODULUS = BigInteger.ONE.shiftLeft(256);
+        BigInteger value = BigInteger.ZERO;
+        long count;
+
+        synchronized void add(String source, String target) {
+            byte[] digest = sha256().digest((source + ">" + target).getBytes(StandardCharsets.UTF_8));
+            value = value.add(new BigInteger(1, digest)).mod(MODULUS);
+            count++;
+        }
+
+        synchronized String hex() {
+            String hex = value.toString(16);
+            return "0".repeat(64 - hex.length()) + hex;
+        }
+    }
+
+    static MessageDigest sha256() {
+        try {
+            return MessageDigest.getInstance("SHA-256");
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    static String sha1Hex12(String text) {
+        try {
+            byte[] digest = MessageDigest.getInstance("SHA-1").digest(text.getBytes(StandardCharsets.UTF_8));
+            StringBuilder hex = new StringBuilder();
+            for (byte b : digest) {
+                hex.append(String.format("%02x", b));
+            }
+            return hex.substring(0, 12);
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    static long sequenceId(long ledger, long entry) {
+        return ((ledger << ENTRY_BITS) | entry) + 1;
+    }
+
+    static int compare(long l1, long e1, long l2, long e2) {
+        return l1 != l2 ? Long.compare(l1, l2) : Long.compare(e1, e2);
+    }
+
+    static long[] position(JsonNode node) {
+        return node == null || node.isNull() ? null : new long[] {node.get(0).asLong(), node.get(1).asLong()};
+    }
+
+    static String text(JsonNode node, String field) {
+        JsonNode value = node.get(field);
+        return value == null || value.isNull() ? null : value.asText();
+    }
+
+    static PulsarClient client(JsonNode cluster, String tokenEnv) throws Exception {
+        ClientBuilder builder = PulsarClient.builder().serviceUrl(cluster.get("service_url").asText())
+                .operationTimeout(30, TimeUnit.SECONDS).ioThreads(1).listenerThreads(1)
+                .memoryLimit(256, org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES);
+        String token = System.getenv(tokenEnv);
+        if (token != null && !token.isEmpty()) {
+            builder.authentication(AuthenticationFactory.token(token));
+        }
+        String listener = text(cluster, "listener_name");
+        if (listener != null) {
+            builder.listenerName(listener);
+        }
+        JsonNode tls = cluster.get("tls");
+        if (tls != null && !tls.isNull()) {
+            builder.allowTlsInsecureConnection(tls.path("allow_insecure").asBoolean(false));
+            String trust = text(tls, "trust_certs_file");
+            if (trust != null) {
+                builder.tlsTrustCertsFilePath(trust);
+            }
+            String cert = text(tls, "cert_file");
+            String key = text(tls, "key_file");
+            if (cert != null && key != null) {
+                builder.tlsCertificateFilePath(cert).tlsKeyFilePath(key);
+            }
+        }
+        return builder.build();
+    }
+
+    // -- the copy -----------------------------------------------------------------------------------------
+
+    final JsonNode job;
+    final String topic;
+    final String where;
+    final long[] after;
+    final long[] resumeAfter;
+    final long[] upper;
+    final int maxInFlight;
+    final Semaphore inFlight;
+    final ContentHash source = new ContentHash();
+    final PairDigest receipts = new PairDigest();
+    final AtomicReference<String> sendError = new AtomicReference<>();
+    final List<String> deduplicatedSources = new ArrayList<>();
+    final Map<String, Producer<byte[]>> producers = new HashMap<>();
+    final SchemaLookup schemas;
+    String currentProducer;
+    long copiedMessages;
+    long copiedEntries;
+    long copiedBytes;
+    long skippedMessages;
+    long deduplicated;
+    long delayed;
+    String fallbackAt;
+
+    EntryCopy(JsonNode job) {
+        this.job = job;
+        this.topic = job.get("topic").asText();
+        this.where = topic + " in cluster " + job.get("target_name").asText();
+        this.after = position(job.get("after"));
+        this.resumeAfter = position(job.get("resume_after"));
+        this.upper = position(job.get("upper"));
+        this.maxInFlight = Math.max(1, job.get("max_in_flight").asInt());
+        this.inFlight = new Semaphore(maxInFlight);
+        String token = System.getenv("PM_SOURCE_TOKEN");
+        this.schemas = new SchemaLookup(job.get("source").get("admin_url").asText(),
+                token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
+    }
+
+    ObjectNode run() throws Exception {
+        // The clients are not closed: their graceful shutdown takes seconds, and main() halts once the result
+        // is out (every send was acknowledged by then).
+        PulsarClient src = client(job.get("source"), "PM_SOURCE_TOKEN");
+        PulsarClient tgt = client(job.get("target"), "PM_TARGET_TOKEN");
+        copy((PulsarClientImpl) src, tgt);
+        ObjectNode result = JSON.createObjectNode();
+        result.put("source_messages", source.messages);
+        result.put("source_entries", source.entries);
+        result.put("source_bytes", source.bytes);
+        StringBuilder hex = new StringBuilder();
+        for (byte b : source.chain) {
+            hex.append(String.format("%02x", b));
+        }
+        result.put("source_hash", hex.toString());
+        result.put("copied_messages", copiedMessages);
+        result.put("copied_entries", copiedEntries);
+        result.put("copied_bytes", copiedBytes);
+        result.put("skipped_messages", skippedMessages);
+        result.put("deduplicated", deduplicated);
+        result.put("delayed_messages", delayed);
+        result.put("receipts", receipts.count);
+        result.put("receipts_digest", receipts.hex());
+        result.putPOJO("deduplicated_sources", deduplicatedSources);
+        result.put("fallback_at", fallbackAt);
+        return result;
+    }
+
+    void copy(PulsarClientImpl src, PulsarClient tgt) throws Exception {
+        if (upper == null || (after != null && compare(after[0], after[1], upper[0], upper[1]) >= 0)) {
+            return;
+        }
+        ConsumerConfigurationData<byte[]> conf = new ConsumerConfigurationData<>();
+        conf.getTopicNames().add(topic);
+        conf.setSubscriptionName("pm-copy-reader-" + Long.toHexString(System.nanoTime()));
+        conf.setSubscriptionType(SubscriptionType.Exclusive);
+        conf.setSubscriptionMode(SubscriptionMode.NonDurable);
+        conf.setSubscriptionInitialPosition(SubscriptionInitialPosition.Earliest);
+        conf.setReadCompacted(false);
+        conf.setReceiverQueueSize(job.path("receiver_queue").asInt(5000));
+        // The broker starts at this entry inclusive; what is <= `after` is dropped below.
+        MessageId start = after == null ? MessageId.earliest : new MessageIdImpl(after[0], after[1], -1);
+        CompletableFuture<Consumer<byte[]>> subscribed = new CompletableFuture<>();
+        EntryConsumer consumer = new EntryConsumer(src, conf, subscribed, start);
+        try {
+            subscribed.get(60, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            throw new IllegalStateException("cannot read " + topic + " in cluster " + job.get("source_name").asText()
+                    + ": " + rootMessage(e));
+        }
+        try {
+            readAndSend(consumer, tgt);
+            drain();
+        } finally {
+            consumer.closeAsync();
+            for (Producer<byte[]> producer : producers.values()) {
+                producer.closeAsync();
+            }
+            Raw left;
+            while ((left = consumer.entries.poll()) != null) {
+                left.data().release();
+            }
+        }
+    }
+
+    void readAndSend(EntryConsumer consumer, PulsarClient tgt) throws Exception {
+        long lastLedger = -1;
+        long lastEntry = -1;
+        long idleSince = System.currentTimeMillis();
+        long checkedAt = idleSince;
+        while (true) {
+            failIfSendFailed();
+            Raw raw = consumer.entries.poll(200, TimeUnit.MILLISECONDS);
+            if (raw == null) {
+                long now = System.currentTimeMillis();
+                if (now - checkedAt > IDLE_CHECK_MS) {
+                    checkedAt = now;
+                    MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+                    if (compare(last.getLedgerId(), last.getEntryId(), upper[0], upper[1]) < 0) {
+                        throw new IllegalStateException(topic + " on the source ends before this run's bound "
+                                + upper[0] + ":" + upper[1] + ": it was deleted or truncated during the run");
+                    }
+                }
+                if (now - idleSince > STALL_LIMIT_MS) {
+                    throw new IllegalStateException("reading " + topic + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
+                }
+                continue;
+            }
+            idleSince = checkedAt = System.currentTimeMillis();
+            try {
+                consumer.consumed(raw);
+                // A reconnect starts again from the first entry: drop what was already taken.
+                if (lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0) {
+                    continue;
+                }
+                if (after != null && compare(raw.ledger(), raw.entry(), after[0], after[1]) <= 0) {
+                    continue;
+                }
+                if (compare(raw.ledger(), raw.entry(), upper[0], upper[1]) > 0) {
+                    return;
+                }
+                lastLedger = raw.ledger();
+                lastEntry = raw.entry();
+                if (!entry(raw, tgt)) {
+                    return;  // an entry this engine leaves to the Python path (fallbackAt)
+                }
+                if (compare(raw.ledger(), raw.entry(), upper[0], upper[1]) >= 0) {
+                    return;
+                }
+            } finally {
+                raw.data().release();
+            }
+        }
+    }
+
+    /** Hashes one source entry and, past the resume point, sends it; false: the entry needs the Python path. */
+    boolean entry(Raw raw, PulsarClient tgt) throws Exception {
+        ByteBuf buf = raw.data().duplicate();
+        Commands.skipBrokerEntryMetadataIfExist(buf);
+        MessageMetadata md = new MessageMetadata();
+        Commands.parseMessageMetadata(buf, md);
+        String pos = raw.ledger() + ":" + raw.entry();
+        if (md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0) {
+            fallbackAt = pos;
+            return false;
+        }
+        ByteBuf payload = buf;
+        ByteBuf decoded = null;
+        if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
+            decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
+                    .decode(buf, md.getUncompressedSize());
+            payload = decoded;
+        }
+        try {
+            return send(raw, md, payload, pos, tgt);
+        } finally {
+            if (decoded != null) {
+                decoded.release();
+            }
+        }
+    }
+
+    boolean send(Raw raw, MessageMetadata md, ByteBuf payload, String pos, PulsarClient tgt) throws Exception {
+        boolean batched = md.hasNumMessagesInBatch();
+        int count = batched ? md.getNumMessagesInBatch() : 1;
+        long schemaVersion = -1;
+        if (md.hasSchemaVersion() && md.getSchemaVersion().length == 8) {
+            schemaVersion = ByteBuffer.wrap(md.getSchemaVersion()).getLong();
+        }
+        long hashedVersion = schemaVersion <= 0 ? -1 : schemaVersion;  // Python hashes `version or -1`
+        boolean sendIt = resumeAfter == null || compare(raw.ledger(), raw.entry(), resumeAfter[0], resumeAfter[1]) > 0;
+        String publishTime = Long.toString(md.getPublishTime());
+        MessageMetadata out = null;
+        ByteBuf body = null;
+        if (sendIt) {
+            out = new MessageMetadata().copyFrom(md);
+            out.clearProducerName();
+            out.clearPublishTime();
+            out.clearSequenceId();
+            out.clearHighestSequenceId();
+            out.clearTxnidLeastBits();
+            out.clearTxnidMostBits();
+            out.clearCompression();
+            out.clearUncompressedSize();
+            out.clearReplicatedFrom();
+            out.clearReplicateTo();
+            out.setSequenceId(sequenceId(raw.ledger(), raw.entry()));
+        }
+        source.entries++;
+        long bytesBefore = source.bytes;
+        if (batched) {
+            ByteBuf batch = payload.duplicate();
+            if (sendIt) {
+                body = ByteBufAllocator.DEFAULT.buffer(payload.readableBytes() + count * 64);
+            }
+            for (int i = 0; i < count; i++) {
+                SingleMessageMetadata single = new SingleMessageMetadata();
+                ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, count);
+                try {
+                    source.add(single.hasPartitionKey() ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8)
+                                    : new byte[0], single.hasOrderingKey() ? single.getOrderingKey() : new byte[0],
+                            message, userProperties(single.getPropertiesList()),
+                            single.hasEventTime() ? single.getEventTime() : 0, hashedVersion, single.isNullValue());
+                    if (sendIt) {
+                        single.addProperty().setKey(SOURCE_TAG).setValue(pos + ":" + i + ":" + count);
+                        single.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
+                        // LightProto writes without growing the buffer: make room first.
+                        body.ensureWritable(4 + single.getSerializedSize() + message.readableBytes());
+                        Commands.serializeSingleMessageInBatchWithPayload(single, message, body);
+                    }
+                } finally {
+                    message.release();
+                }
+            }
+        } else {
+            source.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : new byte[0],
+                    md.hasOrderingKey() ? md.getOrderingKey() : new byte[0], payload,
+                    userProperties(md.getPropertiesList()), md.hasEventTime() ? md.getEventTime() : 0,
+                    hashedVersion, md.isNullValue());
+            if (sendIt) {
+                out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
+                out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
+                body = payload.retainedDuplicate();
+            }
+        }
+        if (!sendIt) {
+            skippedMessages += count;
+            return true;
+        }
+        long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
+        String name = "pm-copy-" + sha1Hex12(topic) + "-" + (batched ? "b" : "u")
+                + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion));
+        Producer<byte[]> producer = producer(tgt, name, schemaVersion);
+        int permits = Math.min(count, maxInFlight);
+        inFlight.acquire(permits);
+        byte[] bytes = new byte[body.readableBytes()];
+        body.readBytes(bytes);
+        body.release();
+        Schema<byte[]> schema = schemaVersion < 0 ? Schema.BYTES : schemas.of(schemaVersion);
+        MessageImpl<byte[]> msg = MessageImpl.create(out, ByteBuffer.wrap(bytes), schema, topic);
+        if (md.hasDeliverAtTime()) {
+            delayed += count;
+        }
+        copiedMessages += count;
+        copiedEntries++;
+        copiedBytes += size;
+        ((ProducerImpl<byte[]>) producer).internalSendAsync(msg).whenComplete((id, error) -> {
+            try {
+                if (error != null) {
+                    sendError.compareAndSet(null, "send to " + where + " failed: " + rootMessage(error));
+                    return;
+                }
+                MessageIdImpl target = (MessageIdImpl) id;
+                if (target.getLedgerId() < 0) {  // the broker's dedup recognised a re-send
+                    synchronized (deduplicatedSources) {
+                        deduplicated += count;
+                        deduplicatedSources.add(pos);
+                    }
+                    return;
+                }
+                receipts.add(pos, target.getLedgerId() + ":" + target.getEntryId());
+            } finally {
+                inFlight.release(permits);
+            }
+        });
+        return true;
+    }
+
+    Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion) throws Exception {
+        if (!name.equals(currentProducer) && currentProducer != null) {
+            drain();  // order across producers: the previous one's entries are stored first
+        }
+        currentProducer = name;
+        Producer<byte[]> producer = producers.get(name);
+        if (producer == null) {
+            Schema<byte[]> schema = schemaVersion < 0 ? Schema.BYTES : schemas.of(schemaVersion);
+            try {
+                producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
+                        .enableChunking(false).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                        .maxPendingMessages(Math.max(2 * maxInFlight, 1000)).blockIfQueueFull(true).create();
+            } catch (Exception e) {
+                throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(e));
+            }
+            producers.put(name, producer);
+        }
+        return producer;
+    }
+
+    void drain() throws Exception {
+        long timeout = SEND_TIMEOUT_MS + 30_000;
+        if (!inFlight.tryAcquire(maxInFlight, timeout, TimeUnit.MILLISECONDS)) {
+            failIfSendFailed();
+            throw new IllegalStateException((maxInFlight - inFlight.availablePermits())
+                    + " message(s) to " + where + " unacknowledged after " + timeout / 1000 + "s");
+        }
+        inFlight.release(maxInFlight);
+        failIfSendFailed();
+    }
+
+    void failIfSendFailed() {
+        String error = sendError.get();
+        if (error != null) {
+            throw new IllegalStateException(error);
+        }
+    }
+
+    static Map<String, String> userProperties(List<KeyValue> properties) {
+        Map<String, String> user = new TreeMap<>();
+        for (KeyValue kv : properties) {
+            String key = kv.getKey();
+            if (!key.equals(SOURCE_TAG) && !key.equals(SOURCE_PUBLISH_TIME) && !key.equals(GEO_SOURCE)) {
+                user.put(key, kv.getValue());
+            }
+        }
+        return user;
+    }
+
+    static String rootMessage(Throwable error) {
+        Throwable cause = error;
+        while (cause.getCause() != null && cause.getCause() != cause) {
+            cause = cause.getCause();
+        }
+        String message = cause.getMessage() == null ? cause.getClass().getSimpleName() : cause.getMessage();
+        return message.replace('\n', ' ');
+    }
+
+    public static void main(String[] args) {
+        int code = 0;
+        try {
+            JsonNode job = JSON.readTree(System.in);
+            ObjectNode result = new EntryCopy(job).run();
+            System.out.println("PM-RESULT " + JSON.writeValueAsString(result));
+        } catch (Throwable e) {
+            e.printStackTrace();  // stderr, for the task's log; the one line below is what the step reports
+            System.out.println("PM-ERROR " + rootMessage(e));
+            code = 1;
+        }
+        System.out.flush();
+        Runtime.getRuntime().halt(code);  // client threads may linger; the result is out
+    }
+}
