@@ -62,6 +62,7 @@ class EngineResult:
     receipts_digest: str
     deduplicated_sources: frozenset[Position]
     fallback_at: Position | None  # the first entry the engine left to the Python path (None: it did all)
+    copy_s: float = 0.0  # this partition's copy inside the engine (its process start and clients not included)
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -70,9 +71,10 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         fields = {name: data[name] for name in cls.__dataclass_fields__
-                  if name not in ("deduplicated_sources", "fallback_at")}
+                  if name not in ("deduplicated_sources", "fallback_at", "copy_s")}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
-                   fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None)
+                   fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
+                   copy_s=data.get("copy_ms", 0) / 1000)
 
 
 def pulsar_lib() -> Path | None:
@@ -152,20 +154,34 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def copy(spec: MigrationSpec, *, topic: str, base_topic: str, after: Position | None,
-         resume_after: Position | None, upper: Position, max_in_flight: int) -> EngineResult:
-    """Copies (after, upper] of `topic` (entries <= resume_after are already on the target: hashed, not sent).
-    Raises EngineError with the engine's one line."""
+@dataclass(frozen=True)
+class EngineJob:
+    """One partition for the engine: (after, upper] of `topic` is read and hashed; entries <= resume_after are
+    already on the target (hashed, not sent)."""
+
+    topic: str
+    base_topic: str
+    after: Position | None
+    resume_after: Position | None
+    upper: Position
+
+
+def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
+              threads: int = 16) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
+    """Runs `jobs` in one engine process (one pair of clients, `threads` partitions at a time). Returns each
+    topic's result or its one-line error, and the process's start-up times. EngineError when the engine
+    could not start at all."""
     lib = pulsar_lib()
     if lib is None:
         raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
     classes = compiled(lib)
     source, target = spec.source_cluster, spec.target_cluster
-    job = {
-        "topic": topic, "base_topic": base_topic, "source_name": source.name, "target_name": target.name,
-        "after": _pair(after), "resume_after": _pair(resume_after),
-        "upper": _pair(upper), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
-        "source": source.to_dict(), "target": target.to_dict(),
+    work = {
+        "source_name": source.name, "target_name": target.name, "source": source.to_dict(),
+        "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
+        "threads": threads,
+        "jobs": [{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
+                  "resume_after": _pair(j.resume_after), "upper": _pair(j.upper)} for j in jobs],
     }
     env = dict(os.environ)
     for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
@@ -175,17 +191,23 @@ def copy(spec: MigrationSpec, *, topic: str, base_topic: str, after: Position | 
             env[name] = token  # secrets reach the child through its environment, never its arguments
     command = ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", f"{classes}:{lib}/*",
                ENGINE_CLASS]
-    answer = subprocess.run(command, input=json.dumps(job), capture_output=True, text=True, env=env,
+    answer = subprocess.run(command, input=json.dumps(work), capture_output=True, text=True, env=env,
                             preexec_fn=_die_with_parent)
-    lines = answer.stdout.splitlines()
-    result = next((line for line in reversed(lines) if line.startswith("PM-RESULT ")), None)
-    if answer.returncode == 0 and result is not None:
-        return EngineResult.parse(json.loads(result[len("PM-RESULT "):]))
-    error = next((line for line in reversed(lines) if line.startswith("PM-ERROR ")), None)
-    if error is not None:
-        raise EngineError(error[len("PM-ERROR "):])
-    tail = (answer.stderr.strip().splitlines() or ["no output"])[-1]
-    raise EngineError(f"copy engine for {topic} exited with {answer.returncode}: {tail}")
+    results: dict[str, EngineResult | str] = {}
+    timings: dict[str, Any] = {}
+    for line in answer.stdout.splitlines():
+        if line.startswith("PM-RESULT "):
+            data = json.loads(line[len("PM-RESULT "):])
+            results[data["topic"]] = data["error"] if "error" in data else EngineResult.parse(data)
+        elif line.startswith("PM-DONE "):
+            timings = json.loads(line[len("PM-DONE "):])
+        elif line.startswith("PM-ERROR "):
+            raise EngineError(line[len("PM-ERROR "):])
+    if not timings:  # killed or crashed: what finished stands, the rest fails with the process's last words
+        tail = (answer.stderr.strip().splitlines() or ["no output"])[-1]
+        for job in jobs:
+            results.setdefault(job.topic, f"copy engine exited with {answer.returncode}: {tail}")
+    return results, timings
 
 
 def _pair(position: Position | None) -> list[int] | None:

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from pulsar_migration.replication.content import (
     PairDigest,
     schema_version_of,
 )
+from pulsar_migration.replication.engine import EngineError, EngineJob, EngineResult, copy_many
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
@@ -36,6 +37,16 @@ log = logging.getLogger(__name__)
 
 OK, FAILED, PLANNED = "ok", "failed", "planned"
 HEADERS_LOOKAHEAD = 64  # entries read ahead of the sender, their header fetches under way
+
+
+@dataclass(frozen=True)
+class EngineCopy:
+    """What the Java engine did for one partition: the resume point it was given, its result (or its one-line
+    error) and the wall time of its process (start-up included: partitions share it)."""
+
+    resume_after: Position | None
+    result: EngineResult | str
+    copy_s: float
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class PartitionJob:
     fenced: bool = False
     target_last: Position | None = None
     target_last_known: bool = False
+    # The copy phase already done by the Java engine (engine_phase), for the verification to judge.
+    engine: EngineCopy | None = None
 
     @property
     def base_topic(self) -> str:
@@ -379,11 +392,11 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
 
 
 def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
-                   delivery_horizon_s: int, shared: SharedClients | None = None,
-                   use_engine: bool = False) -> tuple[PartitionOutcome, list[MapRow]]:
-    """Copies one partition and verifies it; never raises (failures are in the outcome). `use_engine`: the copy
-    phase goes through the Java engine (replication.engine) where it can."""
-    return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s, use_engine),
+                   delivery_horizon_s: int,
+                   shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+    """Copies one partition (unless the engine did: `job.engine`) and verifies it; never raises (failures are in
+    the outcome)."""
+    return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
                          (ReadError, SendError, PositionError), shared)
 
 
@@ -431,8 +444,7 @@ class Copied:
     deduplicated_sources: frozenset[Position] = frozenset()
 
 
-def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int,
-          use_engine: bool = False) -> list[MapRow]:
+def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
     job, outcome = task.job, task.outcome
     src_admin, tgt_admin, tgt_client = task.src_admin, task.tgt_admin, task.tgt_client
     map_target, map_source = task.map_target, task.map_source
@@ -443,16 +455,19 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         outcome.unchanged = True
         outcome.lag_entries = lag_after(src_admin, job)
         return []
-    resume_after = resume_point(task)
     started = time.monotonic()
     copied: Copied | None = None
-    if use_engine and not dry_run and not job.keep_identity and job.upper is not None:
-        copied = copy_with_engine(task, resume_after, max_in_flight)
+    if job.engine is not None and not dry_run:
+        resume_after = job.engine.resume_after
+        outcome.resumed_after = str(resume_after) if resume_after else None
+        copied = engine_copied(task, job.engine)
         if copied is None:  # the engine left the rest (from a chunked or encrypted entry) to the Python path
             resume_after = resume_point(task)
+    else:
+        resume_after = resume_point(task)
     if copied is None:
         copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
-    outcome.copy_s = round(time.monotonic() - started, 3)
+    outcome.copy_s = round(time.monotonic() - started + (job.engine.copy_s if job.engine else 0), 3)
     outcome.source_messages, outcome.source_entries = copied.source_messages, copied.source_entries
     outcome.source_bytes, outcome.source_hash = copied.source_bytes, copied.source_hash
     outcome.receipts, outcome.receipts_digest = copied.receipts, copied.receipts_digest
@@ -472,18 +487,53 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     return scan.rows
 
 
-def copy_with_engine(task: PartitionTask, resume_after: Position | None, max_in_flight: int) -> Copied | None:
-    """The copy phase through the Java engine (replication.engine); None when it stopped at an entry it leaves
-    to the Python path (everything it sent before is stored, as after a kill)."""
-    from pulsar_migration.replication import engine
-
-    job, outcome = task.job, task.outcome
-    assert job.upper is not None and task.spec is not None
+def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int) -> list[PartitionJob]:
+    """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
+    partition's resume point is read from the target first; partitions unchanged since the map are left out.
+    Returns the jobs with what the engine did attached (PartitionJob.engine); never raises."""
+    clients = SharedClients.open(spec)
+    todo: dict[str, tuple[PartitionJob, Position | None]] = {}
+    failed: dict[str, str] = {}
     try:
-        result = engine.copy(task.spec, topic=job.topic, base_topic=job.base_topic, after=task.map_source,
-                             resume_after=resume_after, upper=job.upper, max_in_flight=max_in_flight)
-    except engine.EngineError as exc:
-        raise SendError(str(exc)) from None
+        def prepare(job: PartitionJob) -> None:
+            task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), clients.src_admin,
+                                 clients.tgt_admin, clients.src_client, clients.tgt_client, spec)
+            try:
+                if job.upper is not None and not unchanged_since_map(task):
+                    todo[job.topic] = (job, resume_point(task))
+            except Exception as exc:  # the partition's own task reports it again, in its own words
+                failed[job.topic] = f"{type(exc).__name__}: {exc}"
+
+        with ThreadPoolExecutor(max(1, min(16, len(jobs)))) as pool:
+            list(pool.map(prepare, jobs))
+    finally:
+        clients.close()
+    if not todo:
+        return jobs
+    started = time.monotonic()
+    work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper)
+            for job, resume in todo.values() if job.upper is not None]
+    try:
+        results, timings = copy_many(spec, work, max_in_flight)
+    except EngineError as exc:
+        results, timings = {job.topic: str(exc) for job in work}, {}
+    elapsed = time.monotonic() - started
+    log.info("copy engine: %d partition(s) in %.1fs (%s)", len(work), elapsed, timings)
+    out = []
+    for job in jobs:
+        if job.topic in todo and job.topic in results:
+            job = replace(job, engine=EngineCopy(todo[job.topic][1], results[job.topic], round(elapsed, 3)))
+        out.append(job)
+    return out
+
+
+def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
+    """The engine's copy phase as the partition's (None when it stopped at an entry it leaves to the Python
+    path: everything it sent before is stored, as after a kill). Its error is the partition's error."""
+    job, outcome = task.job, task.outcome
+    if isinstance(done.result, str):
+        raise SendError(done.result)
+    result = done.result
     outcome.copy_engine = "java"
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated

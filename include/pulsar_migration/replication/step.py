@@ -27,6 +27,7 @@ from pulsar_migration.replication.partition import (
     PartitionOutcome,
     SharedClients,
     copy_partition,
+    engine_phase,
 )
 from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
@@ -115,7 +116,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         started = time.monotonic()
         report.details["copy_engine"] = ("java" if use_engine else "python") if spec.replication_mode == "copy" \
             else None
-        outcomes = replicate_in_driver(ctx, jobs, use_engine) if in_driver else replicate(ctx, jobs, use_engine)
+        outcomes = replicate_in_driver(ctx, jobs) if in_driver else replicate(ctx, jobs, use_engine)
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         summarise(ctx, outcomes, time.monotonic() - started)
     finally:
@@ -294,8 +295,7 @@ def copy_engine_wanted(spec: MigrationSpec) -> bool:
         raise BadInput(str(exc)) from None
 
 
-def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None,
-                    use_engine: bool = False) -> Any:
+def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None) -> Any:
     mode = spec.replication_mode
 
     def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
@@ -306,8 +306,7 @@ def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | 
                 yield geo.verify_partition(spec, job, shared)
             else:
                 yield copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
-                                     delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=shared,
-                                     use_engine=use_engine)
+                                     delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=shared)
 
     return run_jobs
 
@@ -317,8 +316,12 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     from pyspark import StorageLevel
 
     spark = ctx.spark
+    if use_engine:
+        started = time.monotonic()
+        jobs = copy_through_engine(ctx, jobs)
+        ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
     results = (spark.sparkContext.parallelize(jobs, len(jobs))
-               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run, use_engine=use_engine))
+               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run))
                .persist(StorageLevel.MEMORY_AND_DISK))
     try:
         outcomes = results.map(lambda result: result[0]).collect()
@@ -333,6 +336,30 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     return outcomes
 
 
+# Partitions per engine process: one JVM start (about 1.5 s of CPU) serves this many partitions, copied at once
+# on one pair of clients; more partitions get more processes, spread over Spark's slots.
+ENGINE_PARTITIONS_PER_PROCESS = 32
+
+
+def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionJob]:
+    """The copy phase of every partition in Java engine processes (replication.engine), as a Spark job of one
+    task per group of partitions; returns the jobs with the engine's results attached, for the per-partition
+    tasks to verify (or to finish with the Python path where the engine left chunked or encrypted entries)."""
+    spec = ctx.spec
+    eligible = [job for job in jobs if job.upper is not None]
+    if not eligible:
+        return jobs
+    groups = max(1, -(-len(eligible) // ENGINE_PARTITIONS_PER_PROCESS))
+    max_in_flight = spec.copy_max_in_flight
+
+    def run_group(group: Iterator[PartitionJob]) -> Iterator[PartitionJob]:
+        yield from engine_phase(spec, list(group), max_in_flight)
+
+    done = ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group).collect()
+    by_topic = {job.topic: job for job in done}
+    return [by_topic.get(job.topic, job) for job in jobs]
+
+
 DRIVER_THREADS_MIN = 64  # partitions at once in the driver path: each mostly waits on round trips
 
 
@@ -340,13 +367,12 @@ def driver_threads(spec: MigrationSpec, jobs: int) -> int:
     return max(1, min(jobs, max(spec.admin_concurrency, DRIVER_THREADS_MIN)))
 
 
-def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False
-                        ) -> list[PartitionOutcome]:
+def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
     """The same partition tasks in driver threads (bounded by the spec's admin concurrency); the verified
     partitions' rows are appended to the map in one local Parquet file."""
     shared = SharedClients.open(ctx.spec)
     try:
-        task = _partition_task(ctx.spec, ctx.dry_run, shared, use_engine)
+        task = _partition_task(ctx.spec, ctx.dry_run, shared)
         with ThreadPoolExecutor(driver_threads(ctx.spec, len(jobs))) as pool:
             results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]
     finally:

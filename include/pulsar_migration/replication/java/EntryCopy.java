@@ -316,6 +316,8 @@ public final class EntryCopy {
     final JsonNode job;
     final String topic;
     final String where;
+    final String sourceName;
+    final int receiverQueue;
     final long[] after;
     final long[] resumeAfter;
     final long[] upper;
@@ -336,27 +338,28 @@ public final class EntryCopy {
     long delayed;
     String fallbackAt;
 
-    EntryCopy(JsonNode job) {
+    EntryCopy(JsonNode common, JsonNode job) {
         this.job = job;
         this.topic = job.get("topic").asText();
-        this.where = topic + " in cluster " + job.get("target_name").asText();
+        this.where = topic + " in cluster " + common.get("target_name").asText();
+        this.sourceName = common.get("source_name").asText();
         this.after = position(job.get("after"));
         this.resumeAfter = position(job.get("resume_after"));
         this.upper = position(job.get("upper"));
-        this.maxInFlight = Math.max(1, job.get("max_in_flight").asInt());
+        this.maxInFlight = Math.max(1, common.get("max_in_flight").asInt());
+        this.receiverQueue = common.path("receiver_queue").asInt(5000);
         this.inFlight = new Semaphore(maxInFlight);
         String token = System.getenv("PM_SOURCE_TOKEN");
-        this.schemas = new SchemaLookup(job.get("source").get("admin_url").asText(),
+        this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
                 token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
     }
 
-    ObjectNode run() throws Exception {
-        // The clients are not closed: their graceful shutdown takes seconds, and main() halts once the result
-        // is out (every send was acknowledged by then).
-        PulsarClient src = client(job.get("source"), "PM_SOURCE_TOKEN");
-        PulsarClient tgt = client(job.get("target"), "PM_TARGET_TOKEN");
-        copy((PulsarClientImpl) src, tgt);
+    ObjectNode run(PulsarClientImpl src, PulsarClient tgt) throws Exception {
+        long started = System.nanoTime();
+        copy(src, tgt);
+        long done = System.nanoTime();
         ObjectNode result = JSON.createObjectNode();
+        result.put("topic", topic);
         result.put("source_messages", source.messages);
         result.put("source_entries", source.entries);
         result.put("source_bytes", source.bytes);
@@ -375,6 +378,7 @@ public final class EntryCopy {
         result.put("receipts_digest", receipts.hex());
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
+        result.put("copy_ms", (done - started) / 1_000_000);
         return result;
     }
 
@@ -389,7 +393,7 @@ public final class EntryCopy {
         conf.setSubscriptionMode(SubscriptionMode.NonDurable);
         conf.setSubscriptionInitialPosition(SubscriptionInitialPosition.Earliest);
         conf.setReadCompacted(false);
-        conf.setReceiverQueueSize(job.path("receiver_queue").asInt(5000));
+        conf.setReceiverQueueSize(receiverQueue);
         // The broker starts at this entry inclusive; what is <= `after` is dropped below.
         MessageId start = after == null ? MessageId.earliest : new MessageIdImpl(after[0], after[1], -1);
         CompletableFuture<Consumer<byte[]>> subscribed = new CompletableFuture<>();
@@ -397,8 +401,8 @@ public final class EntryCopy {
         try {
             subscribed.get(60, TimeUnit.SECONDS);
         } catch (Exception e) {
-            throw new IllegalStateException("cannot read " + topic + " in cluster " + job.get("source_name").asText()
-                    + ": " + rootMessage(e));
+            throw new IllegalStateException("cannot read " + topic + " in cluster " + sourceName + ": "
+                    + rootMessage(e));
         }
         try {
             readAndSend(consumer, tgt);
@@ -656,18 +660,66 @@ public final class EntryCopy {
         return message.replace('\n', ' ');
     }
 
+    /**
+     * Input: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight", "receiver_queue",
+     * "threads", "jobs": [{"topic", "base_topic", "after", "resume_after", "upper"}]}. Every job runs on one pair of
+     * clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when it failed) as it
+     * ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
+     */
     public static void main(String[] args) {
         int code = 0;
         try {
-            JsonNode job = JSON.readTree(System.in);
-            ObjectNode result = new EntryCopy(job).run();
-            System.out.println("PM-RESULT " + JSON.writeValueAsString(result));
+            long started = System.nanoTime();
+            JsonNode common = JSON.readTree(System.in);
+            // The clients are not closed: their graceful shutdown takes seconds, and main() halts once every
+            // result is out (every send was acknowledged by then).
+            PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
+            PulsarClient tgt = client(common.get("target"), "PM_TARGET_TOKEN");
+            long ready = System.nanoTime();
+            List<JsonNode> jobs = new ArrayList<>();
+            common.get("jobs").forEach(jobs::add);
+            int threads = Math.max(1, Math.min(jobs.size(), common.path("threads").asInt(16)));
+            java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+            List<java.util.concurrent.Future<?>> running = new ArrayList<>();
+            for (JsonNode job : jobs) {
+                running.add(pool.submit(() -> {
+                    ObjectNode result;
+                    try {
+                        result = new EntryCopy(common, job).run(src, tgt);
+                    } catch (Throwable e) {
+                        e.printStackTrace();  // stderr, for the task's log; the line is what the step reports
+                        result = JSON.createObjectNode();
+                        result.put("topic", job.get("topic").asText());
+                        result.put("error", rootMessage(e));
+                    }
+                    emit("PM-RESULT ", result);
+                }));
+            }
+            for (java.util.concurrent.Future<?> job : running) {
+                job.get();
+            }
+            ObjectNode done = JSON.createObjectNode();
+            long jvmStart = ProcessHandle.current().info().startInstant().map(i -> i.toEpochMilli()).orElse(0L);
+            long mainStart = System.currentTimeMillis() - (System.nanoTime() - started) / 1_000_000;
+            done.put("jvm_start_ms", jvmStart > 0 ? mainStart - jvmStart : -1);
+            done.put("clients_ms", (ready - started) / 1_000_000);
+            done.put("jobs_ms", (System.nanoTime() - ready) / 1_000_000);
+            emit("PM-DONE ", done);
         } catch (Throwable e) {
-            e.printStackTrace();  // stderr, for the task's log; the one line below is what the step reports
+            e.printStackTrace();
             System.out.println("PM-ERROR " + rootMessage(e));
             code = 1;
         }
         System.out.flush();
-        Runtime.getRuntime().halt(code);  // client threads may linger; the result is out
+        Runtime.getRuntime().halt(code);  // client threads may linger; the results are out
+    }
+
+    static synchronized void emit(String prefix, ObjectNode node) {
+        try {
+            System.out.println(prefix + JSON.writeValueAsString(node));
+            System.out.flush();
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
     }
 }
