@@ -37,8 +37,9 @@ ENGINE_CLASS = "org.apache.pulsar.client.impl.EntryCopy"
 JAVA_DIR = Path(__file__).with_name("java")
 SOURCE = JAVA_DIR / "EntryCopy.java"
 LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
-# One engine per Spark task next to the brokers: a small heap, one GC thread, no JIT threads fighting for cores.
-JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
+# One engine per group of partitions next to the brokers: a small heap and one GC thread. The full JIT stays on:
+# the C2 compiler's SHA-256 intrinsic is most of the gain on batched sources (C1 alone halves hashing speed).
+JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-Xshare:auto")
 RECEIVER_QUEUE = 5000
 
 
@@ -122,30 +123,66 @@ def wanted(spec: MigrationSpec) -> bool:
     return False
 
 
-def compiled(lib: Path) -> Path:
-    """The engine's classes, compiled once per source and client version (a lock keeps parallel tasks from
-    compiling the same thing twice)."""
+@dataclass(frozen=True)
+class Build:
+    """The compiled engine: its jar and, when one could be made, a class archive that halves its start-up."""
+
+    jar: Path
+    archive: Path | None
+
+    def java_options(self) -> list[str]:
+        return [f"-XX:SharedArchiveFile={self.archive}"] if self.archive else []
+
+
+def compiled(lib: Path) -> Build:
+    """The engine compiled once per source and client version (a lock keeps parallel tasks from building the
+    same thing twice): javac, a jar, then a training start that records the classes a start loads into a
+    class-data archive (CDS), which later starts map instead of loading (about 1.7 s -> 1.0 s here)."""
     client_jar = sorted(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar"))[-1].name
     key = hashlib.sha256(SOURCE.read_bytes() + client_jar.encode()).hexdigest()[:16]
     target = cache_dir() / key
-    if (target / "done").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "done").exists():
-            return target
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{key}-"))
-        answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(staging), str(SOURCE)],
+    if not (target / "done").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "done").exists():
+                _build(lib, target)
+    archive = target / "engine.jsa"
+    return Build(target / "engine.jar", archive if archive.exists() else None)
+
+
+def _build(lib: Path, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{target.name}-"))
+    try:
+        classes = staging / "classes"
+        answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(classes), str(SOURCE)],
                                 capture_output=True, text=True)
         if answer.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
             first = next((line for line in answer.stderr.splitlines() if "error" in line), answer.stderr.strip())
             raise EngineError(f"compiling the copy engine failed: {first}")
+        jar = shutil.which("jar") or "jar"
+        subprocess.run([jar, "cf", str(staging / "engine.jar"), "-C", str(classes), "."], check=True,
+                       capture_output=True)
+        shutil.rmtree(classes)
+        # The training start builds both clients (no connection is made) and ends normally so the archive is
+        # written; without an archive the engine only starts slower.
+        training = {"source_name": "a", "target_name": "b", "max_in_flight": 1, "jobs": [],
+                    "source": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"},
+                    "target": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"}}
+        subprocess.run(["java", *JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={staging / 'engine.jsa'}",
+                        f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", _classpath(staging / "engine.jar", lib),
+                        ENGINE_CLASS], input=json.dumps(training), capture_output=True, text=True,
+                       env={**os.environ, "PM_ENGINE_EXIT_NORMALLY": "1"}, timeout=120)
         (staging / "done").touch()
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-    return target
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _classpath(jar: Path, lib: Path) -> str:
+    # Jars only, in a fixed order: a class archive is valid only for the class path it was made with.
+    return ":".join([str(jar), *sorted(str(j) for j in lib.glob("*.jar"))])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -174,7 +211,7 @@ def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
     lib = pulsar_lib()
     if lib is None:
         raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
-    classes = compiled(lib)
+    build = compiled(lib)
     source, target = spec.source_cluster, spec.target_cluster
     work = {
         "source_name": source.name, "target_name": target.name, "source": source.to_dict(),
@@ -189,8 +226,8 @@ def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
         token = cluster.token()
         if token:
             env[name] = token  # secrets reach the child through its environment, never its arguments
-    command = ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", f"{classes}:{lib}/*",
-               ENGINE_CLASS]
+    command = ["java", *JVM_OPTIONS, *build.java_options(), f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+               "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
     answer = subprocess.run(command, input=json.dumps(work), capture_output=True, text=True, env=env,
                             preexec_fn=_die_with_parent)
     results: dict[str, EngineResult | str] = {}

@@ -256,11 +256,7 @@ public final class EntryCopy {
     static String sha1Hex12(String text) {
         try {
             byte[] digest = MessageDigest.getInstance("SHA-1").digest(text.getBytes(StandardCharsets.UTF_8));
-            StringBuilder hex = new StringBuilder();
-            for (byte b : digest) {
-                hex.append(String.format("%02x", b));
-            }
-            return hex.substring(0, 12);
+            return java.util.HexFormat.of().formatHex(digest).substring(0, 12);
         } catch (Exception e) {
             throw new IllegalStateException(e);
         }
@@ -317,6 +313,7 @@ public final class EntryCopy {
     final String topic;
     final String where;
     final String sourceName;
+    final String producerPrefix;
     final int receiverQueue;
     final long[] after;
     final long[] resumeAfter;
@@ -337,6 +334,8 @@ public final class EntryCopy {
     long deduplicated;
     long delayed;
     String fallbackAt;
+    long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
+    long sendWaitNanos;
 
     EntryCopy(JsonNode common, JsonNode job) {
         this.job = job;
@@ -349,6 +348,7 @@ public final class EntryCopy {
         this.maxInFlight = Math.max(1, common.get("max_in_flight").asInt());
         this.receiverQueue = common.path("receiver_queue").asInt(5000);
         this.inFlight = new Semaphore(maxInFlight);
+        this.producerPrefix = "pm-copy-" + sha1Hex12(topic) + "-";
         String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
                 token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
@@ -363,11 +363,7 @@ public final class EntryCopy {
         result.put("source_messages", source.messages);
         result.put("source_entries", source.entries);
         result.put("source_bytes", source.bytes);
-        StringBuilder hex = new StringBuilder();
-        for (byte b : source.chain) {
-            hex.append(String.format("%02x", b));
-        }
-        result.put("source_hash", hex.toString());
+        result.put("source_hash", java.util.HexFormat.of().formatHex(source.chain));
         result.put("copied_messages", copiedMessages);
         result.put("copied_entries", copiedEntries);
         result.put("copied_bytes", copiedBytes);
@@ -379,6 +375,8 @@ public final class EntryCopy {
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
         result.put("copy_ms", (done - started) / 1_000_000);
+        result.put("read_wait_ms", readWaitNanos / 1_000_000);
+        result.put("send_wait_ms", sendWaitNanos / 1_000_000);
         return result;
     }
 
@@ -426,7 +424,9 @@ public final class EntryCopy {
         long checkedAt = idleSince;
         while (true) {
             failIfSendFailed();
+            long waitStart = System.nanoTime();
             Raw raw = consumer.entries.poll(200, TimeUnit.MILLISECONDS);
+            readWaitNanos += System.nanoTime() - waitStart;
             if (raw == null) {
                 long now = System.currentTimeMillis();
                 if (now - checkedAt > IDLE_CHECK_MS) {
@@ -564,11 +564,12 @@ public final class EntryCopy {
             return true;
         }
         long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
-        String name = "pm-copy-" + sha1Hex12(topic) + "-" + (batched ? "b" : "u")
-                + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion));
+        String name = producerPrefix + (batched ? "b" : "u") + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion));
         Producer<byte[]> producer = producer(tgt, name, schemaVersion);
         int permits = Math.min(count, maxInFlight);
+        long waitStart = System.nanoTime();
         inFlight.acquire(permits);
+        sendWaitNanos += System.nanoTime() - waitStart;
         byte[] bytes = new byte[body.readableBytes()];
         body.readBytes(bytes);
         body.release();
@@ -711,6 +712,9 @@ public final class EntryCopy {
             code = 1;
         }
         System.out.flush();
+        if (System.getenv("PM_ENGINE_EXIT_NORMALLY") != null) {
+            System.exit(code);  // lets what is written at exit be written (a class archive, a flight recording)
+        }
         Runtime.getRuntime().halt(code);  // client threads may linger; the results are out
     }
 
