@@ -75,6 +75,7 @@ public final class EntryCopy {
     static final long IDLE_CHECK_MS = 5_000;
     static final long STALL_LIMIT_MS = 60_000;
     static final ObjectMapper JSON = new ObjectMapper();
+    static final byte[] EMPTY = new byte[0];
 
     /** A source entry as the broker sent it. */
     record Raw(long ledger, long entry, ByteBuf data, ClientCnx cnx, int messages) {}
@@ -190,30 +191,31 @@ public final class EntryCopy {
         long entries;
         long bytes;
 
-        void add(byte[] partitionKey, byte[] orderingKey, ByteBuf payload, Map<String, String> properties,
+        private final byte[] length4 = new byte[4];
+        private final byte[] tail17 = new byte[17];
+        private byte[] scratch = new byte[64 * 1024];
+        private final StringBuilder text = new StringBuilder();
+
+        void add(byte[] partitionKey, byte[] orderingKey, ByteBuf payload, List<KeyValue> properties,
                  long eventTime, long schemaVersion, boolean nullValue) {
             sha.reset();
             field(partitionKey);
             field(orderingKey);
             int length = payload.readableBytes();
-            sha.update(ByteBuffer.allocate(4).putInt(length).array());
+            updateLength(length);
             if (payload.hasArray()) {
                 sha.update(payload.array(), payload.arrayOffset() + payload.readerIndex(), length);
-            } else {
-                sha.update(payload.nioBuffer());
-            }
-            StringBuilder text = new StringBuilder();
-            for (Map.Entry<String, String> p : properties.entrySet()) {
-                if (text.length() > 0) {
-                    text.append('\u0000');
+            } else {  // a direct buffer: one bulk copy into a reused array beats the digest's own chunked copying
+                if (scratch.length < length) {
+                    scratch = new byte[Math.max(length, 2 * scratch.length)];
                 }
-                text.append(p.getKey()).append('\u0001').append(p.getValue());
+                payload.getBytes(payload.readerIndex(), scratch, 0, length);
+                sha.update(scratch, 0, length);
             }
-            field(text.toString().getBytes(StandardCharsets.UTF_8));
-            sha.update(ByteBuffer.allocate(17).putLong(eventTime).putLong(schemaVersion)
-                    .put((byte) (nullValue ? 1 : 0)).array());
+            field(propertiesText(properties));
+            ByteBuffer.wrap(tail17).putLong(eventTime).putLong(schemaVersion).put((byte) (nullValue ? 1 : 0));
+            sha.update(tail17);
             byte[] digest = sha.digest();
-            sha.reset();
             sha.update(chain);
             sha.update(digest);
             chain = sha.digest();
@@ -221,8 +223,44 @@ public final class EntryCopy {
             bytes += length;
         }
 
+        /** The user properties sorted by key, "k\u0001v" joined by "\u0000" (the copy's own left out). */
+        private byte[] propertiesText(List<KeyValue> properties) {
+            if (properties.isEmpty()) {
+                return EMPTY;
+            }
+            text.setLength(0);
+            if (properties.size() == 1) {
+                KeyValue only = properties.get(0);
+                if (!added(only.getKey())) {
+                    text.append(only.getKey()).append('\u0001').append(only.getValue());
+                }
+            } else {
+                Map<String, String> sorted = new TreeMap<>();
+                for (KeyValue kv : properties) {
+                    if (!added(kv.getKey())) {
+                        sorted.put(kv.getKey(), kv.getValue());
+                    }
+                }
+                for (Map.Entry<String, String> p : sorted.entrySet()) {
+                    if (text.length() > 0) {
+                        text.append('\u0000');
+                    }
+                    text.append(p.getKey()).append('\u0001').append(p.getValue());
+                }
+            }
+            return text.length() == 0 ? EMPTY : text.toString().getBytes(StandardCharsets.UTF_8);
+        }
+
+        private void updateLength(int length) {
+            length4[0] = (byte) (length >>> 24);
+            length4[1] = (byte) (length >>> 16);
+            length4[2] = (byte) (length >>> 8);
+            length4[3] = (byte) length;
+            sha.update(length4);
+        }
+
         private void field(byte[] value) {
-            sha.update(ByteBuffer.allocate(4).putInt(value.length).array());
+            updateLength(value.length);
             sha.update(value);
         }
     }
@@ -527,18 +565,20 @@ public final class EntryCopy {
         if (batched) {
             ByteBuf batch = payload.duplicate();
             if (sendIt) {
-                body = ByteBufAllocator.DEFAULT.buffer(payload.readableBytes() + count * 64);
+                body = io.netty.buffer.Unpooled.buffer(payload.readableBytes() + count * 64);  // heap: sent as is
             }
+            SingleMessageMetadata single = new SingleMessageMetadata();  // parsing clears it: one per entry
+            String tagPrefix = pos + ":";
+            String tagSuffix = ":" + count;
             for (int i = 0; i < count; i++) {
-                SingleMessageMetadata single = new SingleMessageMetadata();
                 ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, count);
                 try {
                     source.add(single.hasPartitionKey() ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8)
-                                    : new byte[0], single.hasOrderingKey() ? single.getOrderingKey() : new byte[0],
-                            message, userProperties(single.getPropertiesList()),
-                            single.hasEventTime() ? single.getEventTime() : 0, hashedVersion, single.isNullValue());
+                                    : EMPTY, single.hasOrderingKey() ? single.getOrderingKey() : EMPTY,
+                            message, single.getPropertiesList(), single.hasEventTime() ? single.getEventTime() : 0,
+                            hashedVersion, single.isNullValue());
                     if (sendIt) {
-                        single.addProperty().setKey(SOURCE_TAG).setValue(pos + ":" + i + ":" + count);
+                        single.addProperty().setKey(SOURCE_TAG).setValue(tagPrefix + i + tagSuffix);
                         single.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                         // LightProto writes without growing the buffer: make room first.
                         body.ensureWritable(4 + single.getSerializedSize() + message.readableBytes());
@@ -549,14 +589,14 @@ public final class EntryCopy {
                 }
             }
         } else {
-            source.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : new byte[0],
-                    md.hasOrderingKey() ? md.getOrderingKey() : new byte[0], payload,
-                    userProperties(md.getPropertiesList()), md.hasEventTime() ? md.getEventTime() : 0,
+            source.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
+                    md.hasOrderingKey() ? md.getOrderingKey() : EMPTY, payload,
+                    md.getPropertiesList(), md.hasEventTime() ? md.getEventTime() : 0,
                     hashedVersion, md.isNullValue());
             if (sendIt) {
                 out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
-                body = payload.retainedDuplicate();
+                body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
             }
         }
         if (!sendIt) {
@@ -570,11 +610,10 @@ public final class EntryCopy {
         long waitStart = System.nanoTime();
         inFlight.acquire(permits);
         sendWaitNanos += System.nanoTime() - waitStart;
-        byte[] bytes = new byte[body.readableBytes()];
-        body.readBytes(bytes);
-        body.release();
+        // A heap buffer of this entry's own: the message wraps it without a copy and it outlives the source entry.
+        ByteBuffer bytes = ByteBuffer.wrap(body.array(), body.arrayOffset() + body.readerIndex(), body.readableBytes());
         Schema<byte[]> schema = schemaVersion < 0 ? Schema.BYTES : schemas.of(schemaVersion);
-        MessageImpl<byte[]> msg = MessageImpl.create(out, ByteBuffer.wrap(bytes), schema, topic);
+        MessageImpl<byte[]> msg = MessageImpl.create(out, bytes, schema, topic);
         if (md.hasDeliverAtTime()) {
             delayed += count;
         }
@@ -641,15 +680,8 @@ public final class EntryCopy {
         }
     }
 
-    static Map<String, String> userProperties(List<KeyValue> properties) {
-        Map<String, String> user = new TreeMap<>();
-        for (KeyValue kv : properties) {
-            String key = kv.getKey();
-            if (!key.equals(SOURCE_TAG) && !key.equals(SOURCE_PUBLISH_TIME) && !key.equals(GEO_SOURCE)) {
-                user.put(key, kv.getValue());
-            }
-        }
-        return user;
+    static boolean added(String key) {
+        return key.equals(SOURCE_TAG) || key.equals(SOURCE_PUBLISH_TIME) || key.equals(GEO_SOURCE);
     }
 
     static String rootMessage(Throwable error) {

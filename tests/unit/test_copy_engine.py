@@ -1,0 +1,72 @@
+"""The copy engine's Python side without brokers: choosing it, building it, parsing what it prints, and a real
+start of the engine (javac, jar, class archive, JVM) on an empty job list, which needs no cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulsar_migration.positions import Position
+from pulsar_migration.replication import engine
+from pulsar_migration.spec import MigrationSpec
+
+
+def spec_with(options: dict[str, Any]) -> MigrationSpec:
+    return MigrationSpec.from_dict({
+        "tenant": "t", "source": "a", "target": "b",
+        "clusters": {"a": {"admin_url": "http://127.0.0.1:1", "service_url": "pulsar://127.0.0.1:1"},
+                     "b": {"admin_url": "http://127.0.0.1:2", "service_url": "pulsar://127.0.0.1:2"}},
+        "options": options,
+    })
+
+
+def test_result_lines_parse_into_positions_and_times() -> None:
+    line = {"topic": "persistent://t/ns/x", "source_messages": 3, "source_entries": 2, "source_bytes": 30,
+            "source_hash": "ab" * 32, "copied_messages": 2, "copied_entries": 1, "copied_bytes": 20,
+            "skipped_messages": 1, "deduplicated": 1, "delayed_messages": 0, "receipts": 1,
+            "receipts_digest": "cd" * 32, "deduplicated_sources": ["7:3"], "fallback_at": "7:9", "copy_ms": 1500,
+            "read_wait_ms": 3, "send_wait_ms": 4}
+    result = engine.EngineResult.parse(line)
+    assert result.deduplicated_sources == frozenset({Position(7, 3)})
+    assert result.fallback_at == Position(7, 9) and result.copy_s == 1.5
+    assert (result.source_messages, result.copied_messages, result.skipped_messages) == (3, 2, 1)
+    assert engine.EngineResult.parse({**line, "fallback_at": None}).fallback_at is None
+
+
+def test_python_choice_never_looks_for_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "unavailable_reason", lambda: pytest.fail("looked for the engine"))
+    assert engine.wanted(spec_with({"copy_engine": "python"})) is False
+
+
+def test_java_choice_without_a_jdk_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "unavailable_reason", lambda: "no JDK (java and javac) on PATH")
+    with pytest.raises(engine.EngineError, match="copy_engine is java but no JDK"):
+        engine.wanted(spec_with({"copy_engine": "java"}))
+    assert engine.wanted(spec_with({})) is False  # auto falls back to the Python path
+
+
+def test_a_missing_jdk_is_noticed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert engine.unavailable_reason() == "no JDK (java and javac) on PATH"
+
+
+def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real javac, jar and JVM: the build leaves a jar and a class archive, a second call reuses them, and a
+    start with no partitions prints its closing line (no cluster is contacted: clients connect lazily)."""
+    if engine.unavailable_reason() is not None:
+        pytest.skip(engine.unavailable_reason())
+    monkeypatch.setenv("PM_CACHE_DIR", str(tmp_path))
+    lib = engine.pulsar_lib()
+    assert lib is not None
+    build = engine.compiled(lib)
+    assert build.jar.is_file() and build.archive is not None and build.archive.is_file()
+    assert engine.compiled(lib) == build
+    assert [p.name for p in (tmp_path / "engine").iterdir() if p.is_dir()] == [build.jar.parent.name]
+    results, timings = engine.copy_many(spec_with({}), [], max_in_flight=10)
+    assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "jobs_ms"}
+    assert json.dumps(timings)  # plain numbers
+    assert os.environ.get("PM_SOURCE_TOKEN") is None  # nothing leaked into this process
