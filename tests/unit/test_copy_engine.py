@@ -59,9 +59,10 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     start with no partitions prints its closing line (no cluster is contacted: clients connect lazily)."""
     if engine.unavailable_reason() is not None:
         pytest.skip(engine.unavailable_reason())
-    monkeypatch.setenv("PM_CACHE_DIR", str(tmp_path))
     lib = engine.pulsar_lib()
     assert lib is not None
+    monkeypatch.setenv("PULSAR_HOME", str(lib.parent))  # the distribution stays found under another cache dir
+    monkeypatch.setenv("PM_CACHE_DIR", str(tmp_path))
     build = engine.compiled(lib)
     assert build.jar.is_file() and build.archive is not None and build.archive.is_file()
     assert engine.compiled(lib) == build

@@ -64,6 +64,8 @@ class EngineResult:
     deduplicated_sources: frozenset[Position]
     fallback_at: Position | None  # the first entry the engine left to the Python path (None: it did all)
     copy_s: float = 0.0  # this partition's copy inside the engine (its process start and clients not included)
+    read_wait_s: float = 0.0  # of which its copy thread waited for the source, then for the target's receipts
+    send_wait_s: float = 0.0
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -72,10 +74,11 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         fields = {name: data[name] for name in cls.__dataclass_fields__
-                  if name not in ("deduplicated_sources", "fallback_at", "copy_s")}
+                  if name not in ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s")}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
-                   copy_s=data.get("copy_ms", 0) / 1000)
+                   copy_s=data.get("copy_ms", 0) / 1000, read_wait_s=data.get("read_wait_ms", 0) / 1000,
+                   send_wait_s=data.get("send_wait_ms", 0) / 1000)
 
 
 def pulsar_lib() -> Path | None:

@@ -47,6 +47,7 @@ class EngineCopy:
     resume_after: Position | None
     result: EngineResult | str
     copy_s: float
+    process: dict[str, Any] = field(default_factory=dict)  # the process's start-up times (PM-DONE)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class PartitionOutcome:
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
     copy_engine: str | None = None  # java, python, or java+python (the engine left chunked/encrypted entries)
+    engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     verify_s: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -491,9 +493,12 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises."""
-    clients = SharedClients.open(spec)
+    try:
+        clients = SharedClients.open(spec)
+    except Exception:  # e.g. a cluster unreachable: the partitions' own tasks report it, one line each
+        log.warning("copy engine phase skipped", exc_info=True)
+        return jobs
     todo: dict[str, tuple[PartitionJob, Position | None]] = {}
-    failed: dict[str, str] = {}
     try:
         def prepare(job: PartitionJob) -> None:
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), clients.src_admin,
@@ -501,8 +506,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             try:
                 if job.upper is not None and not unchanged_since_map(task):
                     todo[job.topic] = (job, resume_point(task))
-            except Exception as exc:  # the partition's own task reports it again, in its own words
-                failed[job.topic] = f"{type(exc).__name__}: {exc}"
+            except Exception:  # left to the Python path: the partition's own task meets it and reports it
+                log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
         with ThreadPoolExecutor(max(1, min(16, len(jobs)))) as pool:
             list(pool.map(prepare, jobs))
@@ -522,7 +527,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     out = []
     for job in jobs:
         if job.topic in todo and job.topic in results:
-            job = replace(job, engine=EngineCopy(todo[job.topic][1], results[job.topic], round(elapsed, 3)))
+            job = replace(job, engine=EngineCopy(todo[job.topic][1], results[job.topic], round(elapsed, 3),
+                                                 {**timings, "partitions": len(work)}))
         out.append(job)
     return out
 
@@ -535,6 +541,8 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
         raise SendError(done.result)
     result = done.result
     outcome.copy_engine = "java"
+    outcome.engine_times = {**done.process, "process_s": done.copy_s, "partition_copy_s": result.copy_s,
+                            "read_wait_s": result.read_wait_s, "send_wait_s": result.send_wait_s}
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
