@@ -68,6 +68,6 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     assert engine.compiled(lib) == build
     assert [p.name for p in (tmp_path / "engine").iterdir() if p.is_dir()] == [build.jar.parent.name]
     results, timings = engine.copy_many(spec_with({}), [], max_in_flight=10)
-    assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "jobs_ms"}
+    assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms"}
     assert json.dumps(timings)  # plain numbers
     assert os.environ.get("PM_SOURCE_TOKEN") is None  # nothing leaked into this process

@@ -206,48 +206,70 @@ class EngineJob:
     upper: Position
 
 
+class EngineProcess:
+    """A started engine process. Its JVM starts and builds both clients while the caller still prepares the jobs
+    (each partition's resume point is read from the target meanwhile); `run` hands them over and collects the
+    results. Secrets reach it through its environment, never its arguments."""
+
+    def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16) -> None:
+        lib = pulsar_lib()
+        if lib is None:
+            raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
+        build = compiled(lib)
+        source, target = spec.source_cluster, spec.target_cluster
+        settings = {"source_name": source.name, "target_name": target.name, "source": source.to_dict(),
+                    "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
+                    "threads": threads}
+        env = dict(os.environ)
+        for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
+            env.pop(name, None)
+            token = cluster.token()
+            if token:
+                env[name] = token
+        command = ["java", *JVM_OPTIONS, *build.java_options(), f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+                   "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(settings) + "\n")
+        self._process.stdin.flush()
+
+    def run(self, jobs: list[EngineJob]) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
+        """Each topic's result or its one-line error, and the process's start-up times. EngineError when the
+        engine could not start at all."""
+        lines = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
+                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper)} for j in jobs])
+        try:
+            stdout, stderr = self._process.communicate(lines + "\n")
+        except BrokenPipeError:  # it died before reading the jobs: its output says why
+            stdout, stderr = self._process.communicate()
+        results: dict[str, EngineResult | str] = {}
+        timings: dict[str, Any] = {}
+        for line in stdout.splitlines():
+            if line.startswith("PM-RESULT "):
+                data = json.loads(line[len("PM-RESULT "):])
+                results[data["topic"]] = data["error"] if "error" in data else EngineResult.parse(data)
+            elif line.startswith("PM-DONE "):
+                timings = json.loads(line[len("PM-DONE "):])
+            elif line.startswith("PM-ERROR "):
+                raise EngineError(line[len("PM-ERROR "):])
+        if not timings:  # killed or crashed: what finished stands, the rest fails with the process's last words
+            tail = (stderr.strip().splitlines() or ["no output"])[-1]
+            for job in jobs:
+                results.setdefault(job.topic, f"copy engine exited with {self._process.returncode}: {tail}")
+        return results, timings
+
+    def abandon(self) -> None:
+        """Stops a process that got no jobs."""
+        self._process.kill()
+        self._process.communicate()
+
+
 def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
               threads: int = 16) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
-    """Runs `jobs` in one engine process (one pair of clients, `threads` partitions at a time). Returns each
-    topic's result or its one-line error, and the process's start-up times. EngineError when the engine
-    could not start at all."""
-    lib = pulsar_lib()
-    if lib is None:
-        raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
-    build = compiled(lib)
-    source, target = spec.source_cluster, spec.target_cluster
-    work = {
-        "source_name": source.name, "target_name": target.name, "source": source.to_dict(),
-        "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
-        "threads": threads,
-        "jobs": [{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
-                  "resume_after": _pair(j.resume_after), "upper": _pair(j.upper)} for j in jobs],
-    }
-    env = dict(os.environ)
-    for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
-        env.pop(name, None)
-        token = cluster.token()
-        if token:
-            env[name] = token  # secrets reach the child through its environment, never its arguments
-    command = ["java", *JVM_OPTIONS, *build.java_options(), f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-               "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
-    answer = subprocess.run(command, input=json.dumps(work), capture_output=True, text=True, env=env,
-                            preexec_fn=_die_with_parent)
-    results: dict[str, EngineResult | str] = {}
-    timings: dict[str, Any] = {}
-    for line in answer.stdout.splitlines():
-        if line.startswith("PM-RESULT "):
-            data = json.loads(line[len("PM-RESULT "):])
-            results[data["topic"]] = data["error"] if "error" in data else EngineResult.parse(data)
-        elif line.startswith("PM-DONE "):
-            timings = json.loads(line[len("PM-DONE "):])
-        elif line.startswith("PM-ERROR "):
-            raise EngineError(line[len("PM-ERROR "):])
-    if not timings:  # killed or crashed: what finished stands, the rest fails with the process's last words
-        tail = (answer.stderr.strip().splitlines() or ["no output"])[-1]
-        for job in jobs:
-            results.setdefault(job.topic, f"copy engine exited with {answer.returncode}: {tail}")
-    return results, timings
+    """Runs `jobs` in one engine process (one pair of clients, `threads` partitions at a time): see
+    EngineProcess.run."""
+    return EngineProcess(spec, max_in_flight, threads).run(jobs)
 
 
 def _pair(position: Position | None) -> list[int] | None:

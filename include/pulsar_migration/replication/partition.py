@@ -27,7 +27,7 @@ from pulsar_migration.replication.content import (
     PairDigest,
     schema_version_of,
 )
-from pulsar_migration.replication.engine import EngineError, EngineJob, EngineResult, copy_many
+from pulsar_migration.replication.engine import EngineError, EngineJob, EngineProcess, EngineResult
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
@@ -493,10 +493,14 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises."""
+    started = time.monotonic()
     try:
+        process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
         clients = SharedClients.open(spec)
     except Exception:  # e.g. a cluster unreachable: the partitions' own tasks report it, one line each
         log.warning("copy engine phase skipped", exc_info=True)
+        if "process" in locals():
+            process.abandon()
         return jobs
     todo: dict[str, tuple[PartitionJob, Position | None]] = {}
     try:
@@ -514,12 +518,12 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     finally:
         clients.close()
     if not todo:
+        process.abandon()
         return jobs
-    started = time.monotonic()
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper)
             for job, resume in todo.values() if job.upper is not None]
     try:
-        results, timings = copy_many(spec, work, max_in_flight)
+        results, timings = process.run(work)
     except EngineError as exc:
         results, timings = {job.topic: str(exc) for job in work}, {}
     elapsed = time.monotonic() - started

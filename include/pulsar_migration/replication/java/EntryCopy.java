@@ -13,8 +13,8 @@
  * It lives in org.apache.pulsar.client.impl to receive entries whole (ConsumerImpl.messageReceived, as the
  * broker's own RawReader does) and to send a prepared message (ProducerImpl.internalSendAsync).
  *
- * Input: one JSON job on stdin. Output: one line "PM-RESULT {json}" on stdout; exit 0. A failure is one line
- * "PM-ERROR <text>" on stdout and exit 1. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN).
+ * Input and output are lines of JSON on stdin and stdout (see main). Partitions run at once, each in its own
+ * thread. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN), never from arguments.
  */
 package org.apache.pulsar.client.impl;
 
@@ -694,23 +694,31 @@ public final class EntryCopy {
     }
 
     /**
-     * Input: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight", "receiver_queue",
-     * "threads", "jobs": [{"topic", "base_topic", "after", "resume_after", "upper"}]}. Every job runs on one pair of
-     * clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when it failed) as it
-     * ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
+     * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
+     * "receiver_queue", "threads"}, then [{"topic", "base_topic", "after", "resume_after", "upper"}, ...]. Every job
+     * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
+     * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
      */
     public static void main(String[] args) {
         int code = 0;
         try {
             long started = System.nanoTime();
-            JsonNode common = JSON.readTree(System.in);
+            java.io.BufferedReader input = new java.io.BufferedReader(
+                    new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+            // Line 1: the clusters and settings; line 2: the jobs. The clients are built in between, while the
+            // caller still reads each partition's resume point from the target.
+            JsonNode common = JSON.readTree(input.readLine());
             // The clients are not closed: their graceful shutdown takes seconds, and main() halts once every
             // result is out (every send was acknowledged by then).
             PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
             PulsarClient tgt = client(common.get("target"), "PM_TARGET_TOKEN");
             long ready = System.nanoTime();
+            String jobsLine = input.readLine();
+            long given = System.nanoTime();
             List<JsonNode> jobs = new ArrayList<>();
-            common.get("jobs").forEach(jobs::add);
+            if (jobsLine != null) {
+                JSON.readTree(jobsLine).forEach(jobs::add);
+            }
             int threads = Math.max(1, Math.min(jobs.size(), common.path("threads").asInt(16)));
             java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
             List<java.util.concurrent.Future<?>> running = new ArrayList<>();
@@ -736,7 +744,8 @@ public final class EntryCopy {
             long mainStart = System.currentTimeMillis() - (System.nanoTime() - started) / 1_000_000;
             done.put("jvm_start_ms", jvmStart > 0 ? mainStart - jvmStart : -1);
             done.put("clients_ms", (ready - started) / 1_000_000);
-            done.put("jobs_ms", (System.nanoTime() - ready) / 1_000_000);
+            done.put("waited_for_jobs_ms", (given - ready) / 1_000_000);
+            done.put("jobs_ms", (System.nanoTime() - given) / 1_000_000);
             emit("PM-DONE ", done);
         } catch (Throwable e) {
             e.printStackTrace();
