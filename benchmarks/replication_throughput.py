@@ -431,6 +431,10 @@ def method_naive(ds: DataSet, src_tenant: str, tgt_tenant: str, partitions: int)
 
 # -- one data set -----------------------------------------------------------------------------------
 
+# The copy's spec options (--copy-engine adds copy_engine).
+COPY_OPTIONS: dict[str, Any] = {"delayed_delivery_horizon_s": 0}
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
@@ -465,7 +469,7 @@ def run_dataset(ds: DataSet, methods: list[str], partitions: int, slots: int, wo
         log.info("%s naive: %.1f MB/s", ds.name, res["naive"]["mb_per_s"])
     if "copy" in methods:
         tenants.created.append((src, False, True, False))  # sync_metadata creates it on the target
-        res["copy"] = method_copy(ds, src, work, slots, {"delayed_delivery_horizon_s": 0})
+        res["copy"] = method_copy(ds, src, work, slots, dict(COPY_OPTIONS))
         log.info("%s copy: copy phase %.1f MB/s, step wall %.1f MB/s", ds.name, res["copy"]["mb_per_s"],
                  res["copy"]["step_wall"]["mb_per_s"])
     if "geo" in methods:
@@ -631,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where specs and step run dirs go (default: a new temporary directory, kept)")
+    parser.add_argument("--copy-engine", choices=("auto", "java", "python"), default=None,
+                        help="the copy's options.copy_engine (default: the spec default, auto)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
@@ -647,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cluster {admin.name} at {admin.admin_url} is not healthy", file=sys.stderr)
             return 1
 
+    if args.copy_engine:
+        COPY_OPTIONS["copy_engine"] = args.copy_engine
     engine_build_s = None
     if "copy" in args.methods:  # the copy engine is built on first use: not inside a timed copy
         from pulsar_migration.replication import engine
