@@ -368,7 +368,8 @@ def method_copy(ds: DataSet, tenant: str, work: Path, slots: int, options: dict[
     # Tasks run at once when there is a slot per partition: then the copy phase ends with the slowest
     # partition's copy. With fewer slots the tasks run in waves: the copying time summed over slots.
     concurrent = slots >= len(parts)
-    engine_s = details.get("engine_phase_s")
+    engines = sorted({p.get("copy_engine") or "python" for p in parts})
+    engine_s = details.get("engine_phase_s") if any(e.startswith("java") for e in engines) else None
     if engine_s:  # the Java engine copied every partition in one Spark job: its wall time is the copy phase
         phase, basis = engine_s, "the engine phase's Spark job, wall (tasks, JVM start and resume reads included)"
     elif concurrent:
@@ -378,7 +379,7 @@ def method_copy(ds: DataSet, tenant: str, work: Path, slots: int, options: dict[
     out.update({
         "step_wall": rate(ds.messages, ds.bytes, wall),
         "copy_phase": rate(ds.messages, ds.bytes, phase),
-        "copy_phase_basis": basis, "copy_engine": details.get("copy_engine"), "engine_phase_s": engine_s,
+        "copy_phase_basis": basis, "copy_engine": "+".join(engines), "engine_phase_s": engine_s,
         "replicate_s": details.get("replicate_s"), "inventory_s": details.get("inventory_s"),
         "prepare_s": details.get("prepare_s"), "partition_copy_s": copy_s, "partition_verify_s": verify_s,
         "copied_messages": counts["copied_messages"], "copied_entries": counts["copied_entries"],

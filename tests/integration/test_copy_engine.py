@@ -2,9 +2,9 @@
 engine copies the same, entry for entry, judged by the plain Python client reading both sides.
 
 Compressed batches (the engine sends them decompressed, as one entry each), an unbatched compressed topic with a
-delayed message (the engine keeps the delivery time from the entry's metadata, no admin lookups), a re-run that
-copies nothing, and the Python path's own hash of the same source range (a dry run reads it with the Python
-client) equal to the engine's.
+delayed message (the engine keeps the delivery time from the entry's metadata, no admin lookups), a topic of
+large messages that copy_engine auto leaves to the Python path, a re-run that copies nothing, and the Python
+path's own hash of the same source range (a dry run reads it with the Python client) equal to the engine's.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
 ) -> None:
     assert engine.unavailable_reason() is None  # the development set-up has a JDK and the Pulsar distribution
     tenant = unique("it-engine")
-    topics = {"ns/lz4": 2, "ns/zstd": 0}
+    topics = {"ns/lz4": 2, "ns/zstd": 0, "ns/large": 0}
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
     admin_a.put(f"/persistent/{tenant}/ns/lz4/partitions", 2)
     admin_a.put(f"/persistent/{tenant}/ns/zstd")
+    admin_a.put(f"/persistent/{tenant}/ns/large")
     c = client(cluster_a)
     batched = c.create_producer(f"persistent://{tenant}/ns/lz4", compression_type=pulsar.CompressionType.LZ4,
                                 batching_max_messages=100, batching_max_publish_delay_ms=20, block_if_queue_full=True)
@@ -54,6 +55,9 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     deliver_at = int(time.time() * 1000) + 3_600_000
     unbatched.send(b"delayed", deliver_at=deliver_at)
     unbatched.send(b"after")
+    large = c.create_producer(f"persistent://{tenant}/ns/large", batching_enabled=False)
+    for i in range(20):  # 12 KiB messages: under copy_engine auto the Python path copies them
+        large.send(bytes([i]) * 12_288)
     c.close()
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     try:
@@ -65,10 +69,12 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         rep = report(tmp_path / "run")
         assert rep["details"]["copy_engine"] == "java"
         parts = {p["topic"]: p for p in rep["details"]["partitions"]}
-        assert {p["copy_engine"] for p in parts.values()} == {"java"}
+        engines = {t.rsplit("/", 1)[1]: p["copy_engine"] for t, p in parts.items()}
+        assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python"}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
-        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302
-        assert rep["counts"]["delivery_time_lookups"] == 0 and rep["counts"]["delayed_messages"] == 1
+        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302 + 20
+        # the engine reads delivery times from the entries; only the Python path's unbatched topic looks them up
+        assert rep["counts"]["delivery_time_lookups"] == 20 and rep["counts"]["delayed_messages"] == 1
         for topic in partitions(tenant, topics):
             source, target = drain(cluster_a, topic), drain(cluster_b, topic)
             assert content(target) == content(source), topic
@@ -84,6 +90,6 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
 
         assert step(spec, tmp_path / "run") == 0  # a re-run finds nothing new
         again = report(tmp_path / "run")
-        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 3
+        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 4
     finally:
         cleanup(tenant, admin_a, admin_b)

@@ -489,10 +489,24 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     return scan.rows
 
 
+# With copy_engine auto, partitions whose messages average more than this go through the Python path: measured
+# side by side (benchmarks/README.md), the engine wins by 1.4-4.4x up to 1 KiB messages and loses on 16 KiB ones,
+# where the C++ client's native path has little per-message Python work left and the JVM's fixed cost dominates.
+ENGINE_MAX_AVERAGE_MESSAGE_BYTES = 8 * 1024
+
+
+def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
+    """The source partition's average message size from its counters since it was loaded (None: unknown)."""
+    stats = admin.get(f"{admin.topic_path(topic)}/stats")
+    messages, size = int(stats.get("msgInCounter") or 0), int(stats.get("bytesInCounter") or 0)
+    return size / messages if messages else None
+
+
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
-    partition's resume point is read from the target first; partitions unchanged since the map are left out.
-    Returns the jobs with what the engine did attached (PartitionJob.engine); never raises."""
+    partition's resume point is read from the target first; partitions unchanged since the map are left out, and
+    with copy_engine auto those of large messages (ENGINE_MAX_AVERAGE_MESSAGE_BYTES). Returns the jobs with what
+    the engine did attached (PartitionJob.engine); never raises."""
     started = time.monotonic()
     try:
         process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
@@ -508,8 +522,13 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), clients.src_admin,
                                  clients.tgt_admin, clients.src_client, clients.tgt_client, spec)
             try:
-                if job.upper is not None and not unchanged_since_map(task):
-                    todo[job.topic] = (job, resume_point(task))
+                if job.upper is None or unchanged_since_map(task):
+                    return
+                if spec.copy_engine == "auto":
+                    average = average_message_bytes(clients.src_admin, job.topic)
+                    if average is not None and average > ENGINE_MAX_AVERAGE_MESSAGE_BYTES:
+                        return
+                todo[job.topic] = (job, resume_point(task))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
