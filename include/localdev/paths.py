@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pulsar_migration.cachedir import cache_dir as user_cache_dir
+
 PROJECT_ROOT = Path(os.environ.get("PM_PROJECT_ROOT", Path(__file__).resolve().parents[2]))
 
 
@@ -14,6 +16,5 @@ def var_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Downloads kept across clones and runs."""
-    base = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
-    return Path(os.environ.get("PM_CACHE_DIR", Path(base) / "pulsar-migration"))
+    """Downloads kept across clones and runs (the library's user cache)."""
+    return user_cache_dir()

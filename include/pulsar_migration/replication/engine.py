@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pulsar_migration.cachedir import cache_dir as user_cache_dir
 from pulsar_migration.positions import Position
 from pulsar_migration.spec import MigrationSpec
 
@@ -99,8 +100,7 @@ def pulsar_lib() -> Path | None:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
-    return Path(os.environ.get("PM_CACHE_DIR", Path(base) / "pulsar-migration")) / "engine"
+    return user_cache_dir() / "engine"
 
 
 def unavailable_reason() -> str | None:
@@ -167,9 +167,9 @@ def _build(lib: Path, target: Path) -> None:
         subprocess.run([jar, "cf", str(staging / "engine.jar"), "-C", str(classes), "."], check=True,
                        capture_output=True)
         shutil.rmtree(classes)
-        # The training start builds both clients (no connection is made) and ends normally so the archive is
-        # written; without an archive the engine only starts slower.
-        training = {"source_name": "a", "target_name": "b", "max_in_flight": 1, "jobs": [],
+        # The training start builds both clients (no connection is made), gets no job line and ends normally so
+        # the archive is written; without an archive the engine only starts slower.
+        training = {"source_name": "a", "target_name": "b", "max_in_flight": 1,
                     "source": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"},
                     "target": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"}}
         subprocess.run(["java", *JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={staging / 'engine.jsa'}",

@@ -450,7 +450,8 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     job, outcome = task.job, task.outcome
     src_admin, tgt_admin, tgt_client = task.src_admin, task.tgt_admin, task.tgt_client
     map_target, map_source = task.map_target, task.map_source
-    if not dry_run and unchanged_since_map(task):
+    # A partition the engine copied was found changed by the engine phase already: no second look.
+    if not dry_run and job.engine is None and unchanged_since_map(task):
         outcome.resumed_after = str(map_source)
         outcome.source_hash = outcome.target_hash = ContentHash().hexdigest  # both ranges are empty
         outcome.receipts_digest = outcome.target_pairs_digest = PairDigest().hexdigest
@@ -510,11 +511,14 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     started = time.monotonic()
     try:
         process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
+    except Exception:  # e.g. the engine does not build: the Python path copies, one line per failure
+        log.warning("copy engine phase skipped", exc_info=True)
+        return jobs
+    try:
         clients = SharedClients.open(spec)
     except Exception:  # e.g. a cluster unreachable: the partitions' own tasks report it, one line each
         log.warning("copy engine phase skipped", exc_info=True)
-        if "process" in locals():
-            process.abandon()
+        process.abandon()
         return jobs
     todo: dict[str, tuple[PartitionJob, Position | None]] = {}
     try:
