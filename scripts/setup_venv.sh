@@ -31,6 +31,7 @@ py_ver=$("$PYTHON_BIN" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   || need "$PYTHON_BIN cannot create virtual environments (no venv/ensurepip)" "python$py_ver-venv"
 java_major=$(java -version 2>&1 | sed -nE '1s/.*version "(1\.)?([0-9]+).*/\2/p' || true)
 [[ ${java_major:-0} -ge 17 ]] || need "Java 17+ is needed (found: ${java_major:-none})" openjdk-17-jdk-headless
+command -v javac >/dev/null || need "javac (a JDK, not only a JRE) is needed to build the copy engine" openjdk-17-jdk-headless
 command -v mvn >/dev/null || need "mvn is needed to fetch Pulsar from Maven Central" maven
 (( missing == 0 )) || exit 1
 
