@@ -5,6 +5,9 @@ Compressed batches (the engine sends them decompressed, as one entry each), an u
 delayed message (the engine keeps the delivery time from the entry's metadata, no admin lookups), a topic of
 large messages that copy_engine auto leaves to the Python path, a re-run that copies nothing, and the Python
 path's own hash of the same source range (a dry run reads it with the Python client) equal to the engine's.
+The engine also reads the target back (its verification and map rows): the Python client's read-back of the same
+target range (partition.scan_copied_target) must give the same hash, pairs and rows, and a message on the target
+that no copy wrote must fail the engine's read-back.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import pulsar
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
-from pulsar_migration.replication import engine
+from pulsar_migration.positions import Position
+from pulsar_migration.replication import engine, posmap
+from pulsar_migration.replication.partition import PartitionJob, scan_copied_target
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
@@ -75,6 +81,24 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302 + 20
         # the engine reads delivery times from the entries; only the Python path's unbatched topic looks them up
         assert rep["counts"]["delivery_time_lookups"] == 20 and rep["counts"]["delayed_messages"] == 1
+        # The engine's read-back of the target against the Python client's read-back of the same range.
+        assert {t.rsplit("/", 1)[1]: p["verified_by"] for t, p in parts.items()} == {
+            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python"}
+        rows = posmap.read_local(str(tmp_path / "run"))
+        python_client = client(cluster_b)
+        try:
+            for topic, part in parts.items():
+                if part["verified_by"] != "java":
+                    continue
+                job = PartitionJob(topic, topic.split("/", 3)[3], part["partition"], Position.parse(part["range_to"]))
+                scan = scan_copied_target(python_client, job, None, None, admin_b.last_entry(topic))
+                assert (scan.content.hexdigest, scan.content.messages, scan.content.entries) == (
+                    part["target_hash"], part["target_messages"], part["target_entries"]), topic
+                assert scan.pairs.hexdigest == part["target_pairs_digest"] and not scan.shape_errors, topic
+                mine = rows[rows.topic == topic].sort_values(["target_ledger", "target_entry"])
+                assert [r.as_tuple() for r in scan.rows] == [tuple(r) for r in mine.itertuples(index=False)], topic
+        finally:
+            python_client.close()
         for topic in partitions(tenant, topics):
             source, target = drain(cluster_a, topic), drain(cluster_b, topic)
             assert content(target) == content(source), topic
@@ -91,5 +115,43 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert step(spec, tmp_path / "run") == 0  # a re-run finds nothing new
         again = report(tmp_path / "run")
         assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 4
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_engines_read_back_fails_on_a_message_no_copy_wrote(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    tenant = unique("it-engine-tamper")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(f"/persistent/{tenant}/ns/t")
+    c = client(cluster_a)
+    producer = c.create_producer(topic, batching_max_messages=10, batching_max_publish_delay_ms=20)
+    for i in range(100):
+        producer.send_async(f"m-{i}".encode(), None)
+    producer.flush()
+    c.close()
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        assert step(spec_path, tmp_path / "run") == 0
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert part["verified_by"] == "java" and part["shape_errors"] == 0
+        foreign = client(cluster_b)
+        foreign.create_producer(topic, batching_enabled=False).send(b"not a copy")
+        foreign.close()
+        upper = Position.parse(part["range_to"])
+        job = engine.EngineJob(topic, topic, None, upper, upper, rows_file=str(tmp_path / "rows"))
+        results, _ = engine.copy_many(MigrationSpec.load(str(spec_path)), [job], 100)
+        result = results[topic]
+        assert isinstance(result, engine.EngineResult) and result.copied_messages == 0
+        assert result.scan is not None
+        assert result.scan.messages == 101 and result.scan.shape_errors == 1
+        assert "has no source tag" in result.scan.first_shape_errors[0]
+        assert result.scan.hash != result.source_hash and result.scan.hash != part["target_hash"]
+        assert result.scan.rows == len(engine.read_rows(str(tmp_path / "rows"))) == part["target_entries"]
     finally:
         cleanup(tenant, admin_a, admin_b)

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -49,6 +50,43 @@ class EngineError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class EngineScan:
+    """The engine's read-back of the target after its copy (partition.scan_copied_target in Java): the content
+    hash and counts of everything after the map's last target entry, the digest of the (source, target) pairs it
+    sent and got receipts for, the entry-shape errors, and the map rows in `rows_file` (ROW_FIELDS, big-endian
+    int64 each)."""
+
+    messages: int
+    entries: int
+    bytes: int
+    hash: str
+    pairs: int
+    pairs_digest: str
+    shape_errors: int
+    first_shape_errors: tuple[str, ...]
+    rows: int
+    scan_s: float
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> EngineScan | None:
+        if "fallback_at" in data:  # a chunked or encrypted entry, or an end it cannot place: Python reads it
+            return None
+        return cls(data["messages"], data["entries"], data["bytes"], data["hash"], data["pairs"],
+                   data["pairs_digest"], data["shape_errors"], tuple(data["first_shape_errors"]), data["rows"],
+                   data.get("scan_ms", 0) / 1000)
+
+
+# One map row of the engine's rows file: nine big-endian int64.
+ROW_FIELDS = ("source_ledger", "source_entry", "source_messages", "source_batched", "target_ledger", "target_entry",
+              "target_messages", "target_batched", "source_publish_time")
+
+
+def read_rows(path: str) -> list[tuple[int, ...]]:
+    """The rows of an engine rows file, as tuples in ROW_FIELDS order."""
+    return list(struct.iter_unpack(f">{len(ROW_FIELDS)}q", Path(path).read_bytes()))
+
+
+@dataclass(frozen=True)
 class EngineResult:
     source_messages: int
     source_entries: int
@@ -67,6 +105,7 @@ class EngineResult:
     copy_s: float = 0.0  # this partition's copy inside the engine (its process start and clients not included)
     read_wait_s: float = 0.0  # of which its copy thread waited for the source, then for the target's receipts
     send_wait_s: float = 0.0
+    scan: EngineScan | None = None  # None: not asked for, or left to the Python path
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -74,12 +113,13 @@ class EngineResult:
             ledger, entry = text.split(":")
             return Position(int(ledger), int(entry))
 
-        fields = {name: data[name] for name in cls.__dataclass_fields__
-                  if name not in ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s")}
+        derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "scan")
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
                    copy_s=data.get("copy_ms", 0) / 1000, read_wait_s=data.get("read_wait_ms", 0) / 1000,
-                   send_wait_s=data.get("send_wait_ms", 0) / 1000)
+                   send_wait_s=data.get("send_wait_ms", 0) / 1000,
+                   scan=EngineScan.parse(data["scan"]) if data.get("scan") else None)
 
 
 def pulsar_lib() -> Path | None:
@@ -197,13 +237,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 @dataclass(frozen=True)
 class EngineJob:
     """One partition for the engine: (after, upper] of `topic` is read and hashed; entries <= resume_after are
-    already on the target (hashed, not sent)."""
+    already on the target (hashed, not sent). With `rows_file`, the target is read back after the copy from after
+    `scan_after` (the map's last target entry) and the map rows are written there (EngineScan)."""
 
     topic: str
     base_topic: str
     after: Position | None
     resume_after: Position | None
     upper: Position
+    scan_after: Position | None = None
+    rows_file: str | None = None
 
 
 class EngineProcess:
@@ -238,7 +281,9 @@ class EngineProcess:
         """Each topic's result or its one-line error, and the process's start-up times. EngineError when the
         engine could not start at all."""
         lines = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
-                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper)} for j in jobs])
+                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
+                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
+                             "rows_file": j.rows_file} for j in jobs])
         try:
             stdout, stderr = self._process.communicate(lines + "\n")
         except BrokenPipeError:  # it died before reading the jobs: its output says why

@@ -10,6 +10,7 @@ which carries its source position: they are hashed, not sent again.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,7 +28,14 @@ from pulsar_migration.replication.content import (
     PairDigest,
     schema_version_of,
 )
-from pulsar_migration.replication.engine import EngineError, EngineJob, EngineProcess, EngineResult
+from pulsar_migration.replication.engine import (
+    EngineError,
+    EngineJob,
+    EngineProcess,
+    EngineResult,
+    EngineScan,
+    read_rows,
+)
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
@@ -48,6 +56,7 @@ class EngineCopy:
     result: EngineResult | str
     copy_s: float
     process: dict[str, Any] = field(default_factory=dict)  # the process's start-up times (PM-DONE)
+    rows_file: str | None = None  # the map rows of its read-back of the target (EngineResult.scan)
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class PartitionOutcome:
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
     copy_engine: str | None = None  # java, python, or java+python (the engine left chunked/encrypted entries)
+    verified_by: str | None = None  # java (the engine's read-back of the target) or python
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     verify_s: float = 0.0
@@ -154,7 +164,27 @@ class TargetScan:
     content: ContentHash = field(default_factory=ContentHash)
     rows: list[MapRow] = field(default_factory=list)
     pairs: PairDigest = field(default_factory=PairDigest)
-    shape_errors: list[str] = field(default_factory=list)
+    shape_errors: list[str] = field(default_factory=list)  # the first ones, when not all are listed
+    unlisted_shape_errors: int = 0
+
+    @property
+    def shape_error_count(self) -> int:
+        return len(self.shape_errors) + self.unlisted_shape_errors
+
+
+def engine_target_scan(job: PartitionJob, scan: EngineScan, rows_file: str) -> TargetScan:
+    """The engine's read-back of the target (the same reading as scan_copied_target, done in Java right after
+    its copy) as a TargetScan, with its map rows."""
+    content = ContentHash(scan.messages, scan.entries, scan.bytes, bytes.fromhex(scan.hash))
+    pairs = PairDigest()
+    pairs.value, pairs.count = int(scan.pairs_digest, 16), scan.pairs
+    topic, partition = job.topic, job.partition
+    rows = [MapRow(topic, partition, sl, se, sm, bool(sb), None, tl, te, tm, bool(tb), None, spt, "copy")
+            for sl, se, sm, sb, tl, te, tm, tb, spt in read_rows(rows_file)]
+    if len(rows) != scan.rows:
+        raise ReadError(f"{topic}: the engine wrote {len(rows)} map rows of {scan.rows}")
+    listed = list(scan.first_shape_errors)
+    return TargetScan(content, rows, pairs, listed, scan.shape_errors - len(listed))
 
 
 def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
@@ -468,6 +498,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
             resume_after = resume_point(task)
     else:
         resume_after = resume_point(task)
+    by_engine = copied is not None
     if copied is None:
         copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
     outcome.copy_s = round(time.monotonic() - started + (job.engine.copy_s if job.engine else 0), 3)
@@ -479,12 +510,19 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         return []
 
     started = time.monotonic()
-    scan = scan_copied_target(tgt_client, job, map_target, resume_after, tgt_admin.last_entry(job.topic),
-                              copied.deduplicated_sources, tgt_admin.name)
-    outcome.verify_s = round(time.monotonic() - started, 3)
+    engine_scan = engine_scan_of(job) if by_engine else None
+    if engine_scan is not None and job.engine is not None and job.engine.rows_file is not None:
+        scan = engine_target_scan(job, engine_scan, job.engine.rows_file)
+        outcome.verify_s = round(engine_scan.scan_s + time.monotonic() - started, 3)
+        outcome.verified_by = "java"
+    else:
+        scan = scan_copied_target(tgt_client, job, map_target, resume_after, tgt_admin.last_entry(job.topic),
+                                  copied.deduplicated_sources, tgt_admin.name)
+        outcome.verify_s = round(time.monotonic() - started, 3)
+        outcome.verified_by = "python"
     outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
     outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
-    outcome.shape_errors, outcome.mapped_entries = len(scan.shape_errors), len(scan.rows)
+    outcome.shape_errors, outcome.mapped_entries = scan.shape_error_count, len(scan.rows)
     judge(outcome, scan.shape_errors)
     outcome.lag_entries = lag_after(src_admin, job)
     return scan.rows
@@ -503,19 +541,22 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
     return size / messages if messages else None
 
 
-def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int) -> list[PartitionJob]:
+def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
+                 clients: SharedClients | None = None, rows_dir: str | None = None) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out, and
-    with copy_engine auto those of large messages (ENGINE_MAX_AVERAGE_MESSAGE_BYTES). Returns the jobs with what
-    the engine did attached (PartitionJob.engine); never raises."""
+    with copy_engine auto those of large messages (ENGINE_MAX_AVERAGE_MESSAGE_BYTES). With `rows_dir` the engine
+    also reads each partition's target back (EngineScan), its map rows in a file there. Returns the jobs with what
+    the engine did attached (PartitionJob.engine); never raises. `clients`: opened by the caller (else here)."""
     started = time.monotonic()
     try:
         process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
     except Exception:  # e.g. the engine does not build: the Python path copies, one line per failure
         log.warning("copy engine phase skipped", exc_info=True)
         return jobs
+    own = clients is None
     try:
-        clients = SharedClients.open(spec)
+        active = clients if clients is not None else SharedClients.open(spec)
     except Exception:  # e.g. a cluster unreachable: the partitions' own tasks report it, one line each
         log.warning("copy engine phase skipped", exc_info=True)
         process.abandon()
@@ -523,13 +564,13 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     todo: dict[str, tuple[PartitionJob, Position | None]] = {}
     try:
         def prepare(job: PartitionJob) -> None:
-            task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), clients.src_admin,
-                                 clients.tgt_admin, clients.src_client, clients.tgt_client, spec)
+            task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), active.src_admin,
+                                 active.tgt_admin, active.src_client, active.tgt_client, spec)
             try:
                 if job.upper is None or unchanged_since_map(task):
                     return
                 if spec.copy_engine == "auto":
-                    average = average_message_bytes(clients.src_admin, job.topic)
+                    average = average_message_bytes(active.src_admin, job.topic)
                     if average is not None and average > ENGINE_MAX_AVERAGE_MESSAGE_BYTES:
                         return
                 todo[job.topic] = (job, resume_point(task))
@@ -539,11 +580,14 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         with ThreadPoolExecutor(max(1, min(16, len(jobs)))) as pool:
             list(pool.map(prepare, jobs))
     finally:
-        clients.close()
+        if own:
+            active.close()
     if not todo:
         process.abandon()
         return jobs
-    work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper)
+    rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
+    work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
+                      scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic))
             for job, resume in todo.values() if job.upper is not None]
     try:
         results, timings = process.run(work)
@@ -555,9 +599,41 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     for job in jobs:
         if job.topic in todo and job.topic in results:
             job = replace(job, engine=EngineCopy(todo[job.topic][1], results[job.topic], round(elapsed, 3),
-                                                 {**timings, "partitions": len(work)}))
+                                                 {**timings, "partitions": len(work)}, rows_files.get(job.topic)))
         out.append(job)
     return out
+
+
+ENGINE_DONE, ENGINE_LEFT = "done", "left"
+
+
+def engine_group(spec: MigrationSpec, jobs: list[PartitionJob],
+                 max_in_flight: int) -> Iterator[tuple[str, Any]]:
+    """A group of partitions through one engine process, inside one Spark task, to the end: copied, read back
+    and judged. Yields (ENGINE_DONE, (outcome, rows)) for each partition the engine took and (ENGINE_LEFT, job) for
+    the others (unchanged since the map, large messages under auto, the engine unavailable): the caller runs
+    those as Python-path tasks of their own."""
+    with tempfile.TemporaryDirectory(prefix="pm-engine-rows-") as rows_dir:
+        try:
+            clients: SharedClients | None = SharedClients.open(spec)
+        except Exception:  # a cluster unreachable: each partition's own task says so in one line
+            log.warning("copy engine group skipped", exc_info=True)
+            clients = None
+        if clients is None:
+            for job in jobs:
+                yield ENGINE_LEFT, job
+            return
+        try:
+            done = engine_phase(spec, jobs, max_in_flight, clients, rows_dir)
+            for job in done:
+                if job.engine is None:
+                    yield ENGINE_LEFT, job
+                else:
+                    yield ENGINE_DONE, copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
+                                                      delivery_horizon_s=spec.delayed_delivery_horizon_s,
+                                                      shared=clients)
+        finally:
+            clients.close()
 
 
 def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
@@ -569,7 +645,8 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     result = done.result
     outcome.copy_engine = "java"
     outcome.engine_times = {**done.process, "process_s": done.copy_s, "partition_copy_s": result.copy_s,
-                            "read_wait_s": result.read_wait_s, "send_wait_s": result.send_wait_s}
+                            "read_wait_s": result.read_wait_s, "send_wait_s": result.send_wait_s,
+                            "partition_scan_s": result.scan.scan_s if result.scan else None}
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
@@ -581,6 +658,12 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     check_source_intact(task.src_admin, job)
     return Copied(result.source_messages, result.source_entries, result.source_bytes, result.source_hash,
                   result.receipts, result.receipts_digest, result.deduplicated_sources)
+
+
+def engine_scan_of(job: PartitionJob) -> EngineScan | None:
+    """The engine's read-back of a partition it copied whole (None: none made, the Python path reads it)."""
+    result = job.engine.result if job.engine is not None else None
+    return result.scan if isinstance(result, EngineResult) and result.fallback_at is None else None
 
 
 def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run: bool, max_in_flight: int,

@@ -21,13 +21,15 @@ from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.partition import (
+    ENGINE_DONE,
+    ENGINE_LEFT,
     OK,
     PLANNED,
     PartitionJob,
     PartitionOutcome,
     SharedClients,
     copy_partition,
-    engine_phase,
+    engine_group,
 )
 from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
@@ -312,27 +314,39 @@ def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | 
 
 
 def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False) -> list[PartitionOutcome]:
-    """Runs every job in Spark tasks (one partition per task), appends the verified partitions' map rows."""
+    """Runs every job in Spark tasks (one partition per task, or groups of partitions through the Java engine),
+    appends the verified partitions' map rows."""
     from pyspark import StorageLevel
 
     spark = ctx.spark
+    persisted = []
+    finished = None
     if use_engine:
         started = time.monotonic()
-        jobs = copy_through_engine(ctx, jobs)
+        finished, jobs = copy_through_engine(ctx, jobs)
+        if finished is not None:
+            persisted.append(finished)
         ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
-    results = (spark.sparkContext.parallelize(jobs, len(jobs))
-               .mapPartitions(_partition_task(ctx.spec, ctx.dry_run))
-               .persist(StorageLevel.MEMORY_AND_DISK))
+    results = None
+    if jobs:
+        results = (spark.sparkContext.parallelize(jobs, len(jobs))
+                   .mapPartitions(_partition_task(ctx.spec, ctx.dry_run))
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+        persisted.append(results)
+    if finished is not None:
+        finished = finished.filter(lambda item: item[0] == ENGINE_DONE).map(lambda item: item[1])
+        results = finished if results is None else results.union(finished)
     try:
-        outcomes = results.map(lambda result: result[0]).collect()
+        outcomes = results.map(lambda result: result[0]).collect() if results is not None else []
         mapped = sum(o.mapped_entries for o in outcomes if o.status == OK)
-        if not ctx.dry_run:  # even with nothing mapped: the map exists once a real run verified (empty topics)
+        if not ctx.dry_run and results is not None:  # even with nothing mapped: the map exists once verified
             rows = results.flatMap(lambda result: [row.as_tuple() for row in result[1]])
             posmap.append(spark, ctx.run_dir, spark.createDataFrame(rows, posmap.MAP_SCHEMA))
             ctx.report.counts["map_rows_appended"] = mapped
         ctx.report.details["position_map"] = posmap.location(ctx.run_dir)
     finally:
-        results.unpersist()
+        for rdd in persisted:
+            rdd.unpersist()
     return outcomes
 
 
@@ -341,23 +355,27 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
 ENGINE_PARTITIONS_PER_PROCESS = 32
 
 
-def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionJob]:
-    """The copy phase of every partition in Java engine processes (replication.engine), as a Spark job of one
-    task per group of partitions; returns the jobs with the engine's results attached, for the per-partition
-    tasks to verify (or to finish with the Python path where the engine left chunked or encrypted entries)."""
+def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> tuple[Any, list[PartitionJob]]:
+    """Every partition the engine takes, copied, read back and judged in Java engine processes
+    (partition.engine_group), as a Spark job of one task per group of partitions. Returns the persisted RDD of
+    the groups' yields (its ENGINE_DONE items are (outcome, rows)) and the jobs left to the Python path's
+    per-partition tasks (None and all jobs when no partition has anything to copy)."""
+    from pyspark import StorageLevel
+
     spec = ctx.spec
     eligible = [job for job in jobs if job.upper is not None]
     if not eligible:
-        return jobs
+        return None, jobs
     groups = max(1, -(-len(eligible) // ENGINE_PARTITIONS_PER_PROCESS))
     max_in_flight = spec.copy_max_in_flight
 
-    def run_group(group: Iterator[PartitionJob]) -> Iterator[PartitionJob]:
-        yield from engine_phase(spec, list(group), max_in_flight)
+    def run_group(group: Iterator[PartitionJob]) -> Iterator[tuple[str, Any]]:
+        yield from engine_group(spec, list(group), max_in_flight)
 
-    done = ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group).collect()
-    by_topic = {job.topic: job for job in done}
-    return [by_topic.get(job.topic, job) for job in jobs]
+    staged = (ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group)
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    left = staged.filter(lambda item: item[0] == ENGINE_LEFT).map(lambda item: item[1]).collect()
+    return staged, [job for job in jobs if job.upper is None] + left
 
 
 DRIVER_THREADS_MIN = 64  # partitions at once in the driver path: each mostly waits on round trips

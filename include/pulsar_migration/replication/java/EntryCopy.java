@@ -350,6 +350,7 @@ public final class EntryCopy {
     final JsonNode job;
     final String topic;
     final String where;
+    final String targetName;
     final String sourceName;
     final String producerPrefix;
     final int receiverQueue;
@@ -374,11 +375,15 @@ public final class EntryCopy {
     String fallbackAt;
     long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
     long sendWaitNanos;
+    final boolean scanWanted;  // read the target back after the copy (TargetScan), rows into rowsFile
+    final long[] scanAfter;
+    final String rowsFile;
 
     EntryCopy(JsonNode common, JsonNode job) {
         this.job = job;
         this.topic = job.get("topic").asText();
-        this.where = topic + " in cluster " + common.get("target_name").asText();
+        this.targetName = common.get("target_name").asText();
+        this.where = topic + " in cluster " + targetName;
         this.sourceName = common.get("source_name").asText();
         this.after = position(job.get("after"));
         this.resumeAfter = position(job.get("resume_after"));
@@ -387,15 +392,23 @@ public final class EntryCopy {
         this.receiverQueue = common.path("receiver_queue").asInt(5000);
         this.inFlight = new Semaphore(maxInFlight);
         this.producerPrefix = "pm-copy-" + sha1Hex12(topic) + "-";
+        this.scanWanted = job.path("scan").asBoolean(false);
+        this.scanAfter = position(job.get("scan_after"));
+        this.rowsFile = text(job, "rows_file");
         String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
                 token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
     }
 
-    ObjectNode run(PulsarClientImpl src, PulsarClient tgt) throws Exception {
+    ObjectNode run(PulsarClientImpl src, PulsarClientImpl tgt) throws Exception {
         long started = System.nanoTime();
         copy(src, tgt);
         long done = System.nanoTime();
+        ObjectNode scanned = null;
+        if (scanWanted && fallbackAt == null) {
+            scanned = new TargetScan(this).run(tgt);
+        }
+        long verified = System.nanoTime();
         ObjectNode result = JSON.createObjectNode();
         result.put("topic", topic);
         result.put("source_messages", source.messages);
@@ -415,6 +428,10 @@ public final class EntryCopy {
         result.put("copy_ms", (done - started) / 1_000_000);
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
         result.put("send_wait_ms", sendWaitNanos / 1_000_000);
+        if (scanned != null) {
+            scanned.put("scan_ms", (verified - done) / 1_000_000);
+        }
+        result.set("scan", scanned);
         return result;
     }
 
@@ -422,6 +439,22 @@ public final class EntryCopy {
         if (upper == null || (after != null && compare(after[0], after[1], upper[0], upper[1]) >= 0)) {
             return;
         }
+        EntryConsumer consumer = openReader(src, topic, after, "cluster " + sourceName, receiverQueue);
+        try {
+            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, tgt), true);
+            drain();
+        } finally {
+            consumer.closeAsync();
+            for (Producer<byte[]> producer : producers.values()) {
+                producer.closeAsync();
+            }
+            release(consumer);
+        }
+    }
+
+    /** A reader of raw entries from `after`'s entry on (inclusive: the loop drops what is <= `after`). */
+    static EntryConsumer openReader(PulsarClientImpl client, String topic, long[] after, String where,
+                                    int receiverQueue) {
         ConsumerConfigurationData<byte[]> conf = new ConsumerConfigurationData<>();
         conf.getTopicNames().add(topic);
         conf.setSubscriptionName("pm-copy-reader-" + Long.toHexString(System.nanoTime()));
@@ -430,32 +463,37 @@ public final class EntryCopy {
         conf.setSubscriptionInitialPosition(SubscriptionInitialPosition.Earliest);
         conf.setReadCompacted(false);
         conf.setReceiverQueueSize(receiverQueue);
-        // The broker starts at this entry inclusive; what is <= `after` is dropped below.
         MessageId start = after == null ? MessageId.earliest : new MessageIdImpl(after[0], after[1], -1);
         CompletableFuture<Consumer<byte[]>> subscribed = new CompletableFuture<>();
-        EntryConsumer consumer = new EntryConsumer(src, conf, subscribed, start);
+        EntryConsumer consumer = new EntryConsumer(client, conf, subscribed, start);
         try {
             subscribed.get(60, TimeUnit.SECONDS);
         } catch (Exception e) {
-            throw new IllegalStateException("cannot read " + topic + " in cluster " + sourceName + ": "
-                    + rootMessage(e));
-        }
-        try {
-            readAndSend(consumer, tgt);
-            drain();
-        } finally {
             consumer.closeAsync();
-            for (Producer<byte[]> producer : producers.values()) {
-                producer.closeAsync();
-            }
-            Raw left;
-            while ((left = consumer.entries.poll()) != null) {
-                left.data().release();
-            }
+            throw new IllegalStateException("cannot read " + topic + " in " + where + ": " + rootMessage(e));
+        }
+        return consumer;
+    }
+
+    static void release(EntryConsumer consumer) {
+        Raw left;
+        while ((left = consumer.entries.poll()) != null) {
+            left.data().release();
         }
     }
 
-    void readAndSend(EntryConsumer consumer, PulsarClient tgt) throws Exception {
+    interface EntryHandler {
+        /** Takes one entry of the range; false ends the reading there. */
+        boolean accept(Raw raw) throws Exception;
+    }
+
+    /**
+     * Hands the entries in (after, upper] to `handler`, in order, once each (a reconnect starts again from the
+     * first entry: what was taken is dropped). A range whose end is gone (the topic deleted or truncated meanwhile)
+     * or a read that stalls is an error naming `what`. `timed`: the waits count as the copy's read waits.
+     */
+    void readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler,
+                     boolean timed) throws Exception {
         long lastLedger = -1;
         long lastEntry = -1;
         long idleSince = System.currentTimeMillis();
@@ -464,26 +502,27 @@ public final class EntryCopy {
             failIfSendFailed();
             long waitStart = System.nanoTime();
             Raw raw = consumer.entries.poll(200, TimeUnit.MILLISECONDS);
-            readWaitNanos += System.nanoTime() - waitStart;
+            if (timed) {
+                readWaitNanos += System.nanoTime() - waitStart;
+            }
             if (raw == null) {
                 long now = System.currentTimeMillis();
                 if (now - checkedAt > IDLE_CHECK_MS) {
                     checkedAt = now;
                     MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
                     if (compare(last.getLedgerId(), last.getEntryId(), upper[0], upper[1]) < 0) {
-                        throw new IllegalStateException(topic + " on the source ends before this run's bound "
-                                + upper[0] + ":" + upper[1] + ": it was deleted or truncated during the run");
+                        throw new IllegalStateException(what + " ends before this run's bound " + upper[0] + ":"
+                                + upper[1] + ": it was deleted or truncated during the run");
                     }
                 }
                 if (now - idleSince > STALL_LIMIT_MS) {
-                    throw new IllegalStateException("reading " + topic + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
+                    throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
                 }
                 continue;
             }
             idleSince = checkedAt = System.currentTimeMillis();
             try {
                 consumer.consumed(raw);
-                // A reconnect starts again from the first entry: drop what was already taken.
                 if (lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0) {
                     continue;
                 }
@@ -495,8 +534,8 @@ public final class EntryCopy {
                 }
                 lastLedger = raw.ledger();
                 lastEntry = raw.entry();
-                if (!entry(raw, tgt)) {
-                    return;  // an entry this engine leaves to the Python path (fallbackAt)
+                if (!handler.accept(raw)) {
+                    return;
                 }
                 if (compare(raw.ledger(), raw.entry(), upper[0], upper[1]) >= 0) {
                     return;
@@ -680,6 +719,231 @@ public final class EntryCopy {
         }
     }
 
+
+    // -- the read-back of the target ------------------------------------------------------------------
+
+    /** A source tag (positions.SourceTag) of a copied message: "ledger:entry:index:size". */
+    record Tag(long ledger, long entry, int index, int size) {
+        static Tag parse(String text) {
+            if (text == null) {
+                return null;
+            }
+            String[] parts = text.split(":");
+            if (parts.length != 4) {
+                return null;  // absent, or a chunked message's (the scan leaves those to the Python path)
+            }
+            try {
+                return new Tag(Long.parseLong(parts[0]), Long.parseLong(parts[1]), Integer.parseInt(parts[2]),
+                        Integer.parseInt(parts[3]));
+            } catch (NumberFormatException e) {
+                return null;
+            }
+        }
+
+        String position() {
+            return ledger + ":" + entry;
+        }
+    }
+
+    /**
+     * The target partition read back after the copy, as partition.scan_copied_target does: the content hash of
+     * everything after the map's last target entry, one map row per entry, the entry-shape check (each target entry
+     * holds exactly one source entry's messages, in order) and the digest of (source entry, target entry) pairs for
+     * the entries this run sent and got a receipt for. Rows go to `rows_file`: nine big-endian longs each.
+     */
+    static final class TargetScan {
+        static final int FIRST_ERRORS = 5;
+        final EntryCopy copy;
+        final ContentHash content = new ContentHash();
+        final PairDigest pairs = new PairDigest();
+        final java.util.Set<String> unreceipted;
+        final List<String> errors = new ArrayList<>();
+        long shapeErrors;
+        long rows;
+        String fallbackAt;
+        java.io.DataOutputStream out;
+        // The target entry being read: its position, messages, batching, and the tag of its first message.
+        long entryLedger;
+        long entryId;
+        int entryMessages;
+        boolean entryBatched;
+        Tag first;
+        long firstPublishTime;
+        int seen;
+
+        TargetScan(EntryCopy copy) {
+            this.copy = copy;
+            synchronized (copy.deduplicatedSources) {
+                this.unreceipted = new java.util.HashSet<>(copy.deduplicatedSources);
+            }
+        }
+
+        ObjectNode run(PulsarClientImpl tgt) throws Exception {
+            long[] after = copy.scanAfter;
+            EntryConsumer consumer = openReader(tgt, copy.topic, after, "cluster " + copy.targetName, copy.receiverQueue);
+            ObjectNode result = JSON.createObjectNode();
+            try (java.io.DataOutputStream rowsOut = new java.io.DataOutputStream(new java.io.BufferedOutputStream(
+                    new java.io.FileOutputStream(copy.rowsFile), 1 << 16))) {
+                out = rowsOut;
+                MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+                long[] end = {last.getLedgerId(), last.getEntryId()};
+                if (end[0] < 0 || end[1] < 0) {
+                    // An empty ledger last (a new topic, a roll-over): where the range ends is not known here.
+                    result.put("fallback_at", "end " + end[0] + ":" + end[1]);
+                    return result;
+                }
+                if (after == null || compare(after[0], after[1], end[0], end[1]) < 0) {
+                    copy.readEntries(consumer, after, end, copy.topic + " on the target", this::entry, false);
+                }
+                finish();
+            } finally {
+                consumer.closeAsync();
+                release(consumer);
+            }
+            if (fallbackAt != null) {
+                result.put("fallback_at", fallbackAt);
+                return result;
+            }
+            result.put("messages", content.messages);
+            result.put("entries", content.entries);
+            result.put("bytes", content.bytes);
+            result.put("hash", java.util.HexFormat.of().formatHex(content.chain));
+            result.put("pairs", pairs.count);
+            result.put("pairs_digest", pairs.hex());
+            result.put("shape_errors", shapeErrors);
+            result.putPOJO("first_shape_errors", errors);
+            result.put("rows", rows);
+            return result;
+        }
+
+        boolean entry(Raw raw) throws Exception {
+            ByteBuf buf = raw.data().duplicate();
+            Commands.skipBrokerEntryMetadataIfExist(buf);
+            MessageMetadata md = new MessageMetadata();
+            Commands.parseMessageMetadata(buf, md);
+            if (md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0) {
+                fallbackAt = raw.ledger() + ":" + raw.entry();
+                return false;
+            }
+            ByteBuf payload = buf;
+            ByteBuf decoded = null;
+            if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
+                decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
+                        .decode(buf, md.getUncompressedSize());
+                payload = decoded;
+            }
+            try {
+                finish();
+                entryLedger = raw.ledger();
+                entryId = raw.entry();
+                entryBatched = md.hasNumMessagesInBatch();
+                entryMessages = entryBatched ? md.getNumMessagesInBatch() : 1;
+                first = null;
+                seen = 0;
+                content.entries++;
+                long version = md.hasSchemaVersion() && md.getSchemaVersion().length == 8
+                        ? ByteBuffer.wrap(md.getSchemaVersion()).getLong() : -1;
+                long hashedVersion = version <= 0 ? -1 : version;
+                if (entryBatched) {
+                    ByteBuf batch = payload.duplicate();
+                    SingleMessageMetadata single = new SingleMessageMetadata();
+                    for (int i = 0; i < entryMessages; i++) {
+                        ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, entryMessages);
+                        try {
+                            content.add(single.hasPartitionKey()
+                                            ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
+                                    single.hasOrderingKey() ? single.getOrderingKey() : EMPTY, message,
+                                    single.getPropertiesList(), single.hasEventTime() ? single.getEventTime() : 0,
+                                    hashedVersion, single.isNullValue());
+                            message(single.getPropertiesList(), i);
+                        } finally {
+                            message.release();
+                        }
+                    }
+                } else {
+                    content.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
+                            md.hasOrderingKey() ? md.getOrderingKey() : EMPTY, payload, md.getPropertiesList(),
+                            md.hasEventTime() ? md.getEventTime() : 0, hashedVersion, md.isNullValue());
+                    message(md.getPropertiesList(), -1);
+                }
+                return true;
+            } finally {
+                if (decoded != null) {
+                    decoded.release();
+                }
+            }
+        }
+
+        /** One message of the current entry: its tag must continue the entry's first message's source entry. */
+        void message(List<KeyValue> properties, int index) {
+            String tagText = null;
+            String publishTime = null;
+            for (KeyValue kv : properties) {
+                if (kv.getKey().equals(SOURCE_TAG)) {
+                    tagText = kv.getValue();
+                } else if (kv.getKey().equals(SOURCE_PUBLISH_TIME)) {
+                    publishTime = kv.getValue();
+                }
+            }
+            Tag tag = Tag.parse(tagText);
+            if (tag == null) {
+                error("target message " + entryLedger + ":" + entryId + ":" + index + " has no source tag");
+                return;
+            }
+            if (first == null) {
+                first = tag;
+                try {
+                    firstPublishTime = publishTime == null || publishTime.isEmpty() ? 0 : Long.parseLong(publishTime);
+                } catch (NumberFormatException e) {
+                    firstPublishTime = 0;
+                }
+            } else if (tag.ledger() != first.ledger() || tag.entry() != first.entry()
+                    || tag.index() != first.index() + seen) {
+                error("target entry " + entryLedger + ":" + entryId + " mixes source " + first.position() + " and "
+                        + tag.position() + ":" + tag.index());
+            }
+            seen++;
+        }
+
+        /** Closes the current entry: its shape judged, its map row written, its pair counted. */
+        void finish() throws java.io.IOException {
+            Tag tag = first;
+            if (tag == null) {
+                return;
+            }
+            first = null;
+            boolean sourceBatched = tag.index() >= 0;
+            int want = sourceBatched ? tag.size() : 1;
+            if (seen != want || entryMessages != want || entryBatched != sourceBatched) {
+                error("target entry " + entryLedger + ":" + entryId + " holds " + seen + " of " + entryMessages
+                        + " message(s) for source entry " + tag.position() + " of " + want);
+            }
+            out.writeLong(tag.ledger());
+            out.writeLong(tag.entry());
+            out.writeLong(want);
+            out.writeLong(sourceBatched ? 1 : 0);
+            out.writeLong(entryLedger);
+            out.writeLong(entryId);
+            out.writeLong(entryMessages);
+            out.writeLong(entryBatched ? 1 : 0);
+            out.writeLong(firstPublishTime);
+            rows++;
+            long[] sentAfter = copy.resumeAfter;
+            String source = tag.position();
+            if ((sentAfter == null || compare(tag.ledger(), tag.entry(), sentAfter[0], sentAfter[1]) > 0)
+                    && !unreceipted.contains(source)) {
+                pairs.add(source, entryLedger + ":" + entryId);
+            }
+        }
+
+        void error(String text) {
+            shapeErrors++;
+            if (errors.size() < FIRST_ERRORS) {
+                errors.add(text);
+            }
+        }
+    }
+
     static boolean added(String key) {
         return key.equals(SOURCE_TAG) || key.equals(SOURCE_PUBLISH_TIME) || key.equals(GEO_SOURCE);
     }
@@ -711,7 +975,7 @@ public final class EntryCopy {
             // The clients are not closed: their graceful shutdown takes seconds, and main() halts once every
             // result is out (every send was acknowledged by then).
             PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
-            PulsarClient tgt = client(common.get("target"), "PM_TARGET_TOKEN");
+            PulsarClientImpl tgt = (PulsarClientImpl) client(common.get("target"), "PM_TARGET_TOKEN");
             long ready = System.nanoTime();
             String jobsLine = input.readLine();
             long given = System.nanoTime();
