@@ -71,3 +71,36 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms"}
     assert json.dumps(timings)  # plain numbers
     assert os.environ.get("PM_SOURCE_TOKEN") is None  # nothing leaked into this process
+
+
+def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tmp_path: Path) -> None:
+    """The engine's read-back (EngineScan) and its rows file: the same rows through both ways into the map (Python
+    rows for a remote run dir, an Arrow table for a local one), with a retried part replacing its first attempt."""
+    import struct
+
+    from pulsar_migration.replication import posmap
+    from pulsar_migration.replication.partition import EngineCopy, PartitionJob, engine_map_rows
+
+    scan = {"messages": 5, "entries": 2, "bytes": 50, "hash": "ef" * 32, "pairs": 2, "pairs_digest": "01" * 32,
+            "shape_errors": 0, "first_shape_errors": [], "rows": 2, "scan_ms": 250}
+    parsed = engine.EngineScan.parse(scan)
+    assert parsed is not None and parsed.scan_s == 0.25 and parsed.rows == 2
+    assert engine.EngineScan.parse({"fallback_at": "3:4"}) is None  # left to the Python client's read-back
+    rows_file = tmp_path / "0.rows"
+    rows_file.write_bytes(struct.pack(">9q", 7, 1, 4, 1, 9, 0, 4, 1, 1_700_000_000_000)
+                          + struct.pack(">9q", 7, 2, 1, 0, 9, 1, 1, 0, 1_700_000_000_001))
+    topic = "persistent://t/ns/x-partition-1"
+    job = PartitionJob(topic, "ns/x", 1, Position(7, 2),
+                       engine=EngineCopy(None, "unused", 1.0, rows_file=str(rows_file)))
+    rows = engine_map_rows(job, 2)
+    assert [r.as_tuple() for r in rows] == [
+        (topic, 1, 7, 1, 4, True, None, 9, 0, 4, True, None, 1_700_000_000_000, "copy"),
+        (topic, 1, 7, 2, 1, False, None, 9, 1, 1, False, None, 1_700_000_000_001, "copy")]
+    table = posmap.engine_rows_table(str(rows_file), topic, 1)
+    assert [tuple(r.values()) for r in table.to_pylist()] == [r.as_tuple() for r in rows]
+    run_dir = str(tmp_path / "run")
+    for _ in range(2):  # a retried task writes the same part again: replaced, not added
+        posmap.write_part(run_dir, table, "part-engine-x-9.0-9.1.parquet")
+    frame = posmap.read_local(run_dir)
+    assert frame is not None and len(frame) == 2
+    assert [p.name for p in Path(posmap.location(run_dir)).iterdir()] == ["part-engine-x-9.0-9.1.parquet"]

@@ -269,7 +269,8 @@ class EngineProcess:
             token = cluster.token()
             if token:
                 env[name] = token
-        command = ["java", *JVM_OPTIONS, *build.java_options(), f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        extra = os.environ.get("PM_ENGINE_JAVA_OPTIONS", "").split()  # e.g. a larger heap, a flight recording
+        command = ["java", *JVM_OPTIONS, *build.java_options(), *extra, f"-Dlog4j2.configurationFile={LOG_CONFIG}",
                    "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)

@@ -9,6 +9,7 @@ which carries its source position: they are hashed, not sent again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import time
@@ -19,8 +20,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
+from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import (
     SOURCE_PUBLISH_TIME_PROPERTY,
     SOURCE_TAG_PROPERTY,
@@ -166,25 +169,37 @@ class TargetScan:
     pairs: PairDigest = field(default_factory=PairDigest)
     shape_errors: list[str] = field(default_factory=list)  # the first ones, when not all are listed
     unlisted_shape_errors: int = 0
+    rows_elsewhere: int = 0  # rows in the engine's rows file, not in `rows`
 
     @property
     def shape_error_count(self) -> int:
         return len(self.shape_errors) + self.unlisted_shape_errors
 
+    @property
+    def row_count(self) -> int:
+        return len(self.rows) + self.rows_elsewhere
 
-def engine_target_scan(job: PartitionJob, scan: EngineScan, rows_file: str) -> TargetScan:
+
+def engine_target_scan(scan: EngineScan) -> TargetScan:
     """The engine's read-back of the target (the same reading as scan_copied_target, done in Java right after
-    its copy) as a TargetScan, with its map rows."""
+    its copy) as a TargetScan; its map rows stay in the engine's rows file (engine_map_rows, or written to the
+    map as they are by engine_group)."""
     content = ContentHash(scan.messages, scan.entries, scan.bytes, bytes.fromhex(scan.hash))
     pairs = PairDigest()
     pairs.value, pairs.count = int(scan.pairs_digest, 16), scan.pairs
+    listed = list(scan.first_shape_errors)
+    return TargetScan(content, [], pairs, listed, scan.shape_errors - len(listed), rows_elsewhere=scan.rows)
+
+
+def engine_map_rows(job: PartitionJob, expected: int) -> list[MapRow]:
+    """The map rows of the engine's rows file of `job`, checked against the count its scan reported."""
+    assert job.engine is not None and job.engine.rows_file is not None
     topic, partition = job.topic, job.partition
     rows = [MapRow(topic, partition, sl, se, sm, bool(sb), None, tl, te, tm, bool(tb), None, spt, "copy")
-            for sl, se, sm, sb, tl, te, tm, tb, spt in read_rows(rows_file)]
-    if len(rows) != scan.rows:
-        raise ReadError(f"{topic}: the engine wrote {len(rows)} map rows of {scan.rows}")
-    listed = list(scan.first_shape_errors)
-    return TargetScan(content, rows, pairs, listed, scan.shape_errors - len(listed))
+            for sl, se, sm, sb, tl, te, tm, tb, spt in read_rows(job.engine.rows_file)]
+    if len(rows) != expected:
+        raise ReadError(f"{topic}: the engine wrote {len(rows)} map rows of {expected}")
+    return rows
 
 
 def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
@@ -512,7 +527,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     started = time.monotonic()
     engine_scan = engine_scan_of(job) if by_engine else None
     if engine_scan is not None and job.engine is not None and job.engine.rows_file is not None:
-        scan = engine_target_scan(job, engine_scan, job.engine.rows_file)
+        scan = engine_target_scan(engine_scan)
         outcome.verify_s = round(engine_scan.scan_s + time.monotonic() - started, 3)
         outcome.verified_by = "java"
     else:
@@ -522,7 +537,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         outcome.verified_by = "python"
     outcome.target_messages, outcome.target_entries = scan.content.messages, scan.content.entries
     outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
-    outcome.shape_errors, outcome.mapped_entries = scan.shape_error_count, len(scan.rows)
+    outcome.shape_errors, outcome.mapped_entries = scan.shape_error_count, scan.row_count
     judge(outcome, scan.shape_errors)
     outcome.lag_entries = lag_after(src_admin, job)
     return scan.rows
@@ -607,12 +622,14 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
 ENGINE_DONE, ENGINE_LEFT = "done", "left"
 
 
-def engine_group(spec: MigrationSpec, jobs: list[PartitionJob],
-                 max_in_flight: int) -> Iterator[tuple[str, Any]]:
+def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
+                 run_dir: str) -> Iterator[tuple[str, Any]]:
     """A group of partitions through one engine process, inside one Spark task, to the end: copied, read back
     and judged. Yields (ENGINE_DONE, (outcome, rows)) for each partition the engine took and (ENGINE_LEFT, job) for
     the others (unchanged since the map, large messages under auto, the engine unavailable): the caller runs
-    those as Python-path tasks of their own."""
+    those as Python-path tasks of their own. The map rows of a partition the engine verified go straight from
+    its rows file into a Parquet part of the map when the run dir is local (no Python object per row), else they
+    are yielded for the caller's Spark write."""
     with tempfile.TemporaryDirectory(prefix="pm-engine-rows-") as rows_dir:
         try:
             clients: SharedClients | None = SharedClients.open(spec)
@@ -628,12 +645,32 @@ def engine_group(spec: MigrationSpec, jobs: list[PartitionJob],
             for job in done:
                 if job.engine is None:
                     yield ENGINE_LEFT, job
-                else:
-                    yield ENGINE_DONE, copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
-                                                      delivery_horizon_s=spec.delayed_delivery_horizon_s,
-                                                      shared=clients)
+                    continue
+                outcome, rows = copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
+                                               delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients)
+                if outcome.status == OK and outcome.verified_by == "java":
+                    rows = engine_rows_to_map(run_dir, job, outcome)
+                yield ENGINE_DONE, (outcome, rows)
         finally:
             clients.close()
+
+
+def engine_rows_to_map(run_dir: str, job: PartitionJob, outcome: PartitionOutcome) -> list[MapRow]:
+    """A verified partition's map rows from the engine's rows file: written as a part of the map here (a local
+    run dir; named by the partition's mapped range, so a retried task replaces its file), else returned."""
+    assert job.engine is not None and job.engine.rows_file is not None
+    if not rundir.is_local(run_dir):
+        return engine_map_rows(job, outcome.mapped_entries)
+    table = posmap.engine_rows_table(job.engine.rows_file, job.topic, job.partition)
+    if table.num_rows != outcome.mapped_entries:
+        outcome.fail(f"{job.topic}: the engine wrote {table.num_rows} map rows of {outcome.mapped_entries}")
+        return []
+    if table.num_rows:
+        first, last = table.slice(0, 1), table.slice(table.num_rows - 1, 1)
+        span = "-".join(f"{t['target_ledger'][0].as_py()}.{t['target_entry'][0].as_py()}" for t in (first, last))
+        key = hashlib.sha1(job.topic.encode()).hexdigest()[:12]
+        posmap.write_part(run_dir, table, f"part-engine-{key}-{span}.parquet")
+    return []
 
 
 def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:

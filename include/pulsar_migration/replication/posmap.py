@@ -135,20 +135,53 @@ def _arrow_schema() -> Any:
 def append_local(run_dir: str, rows: Iterable[MapRow]) -> int:
     """Appends rows as one Parquet file written in this process (a local run dir only); returns the count."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     batch = [row.as_tuple() for row in rows]
-    directory = Path(rundir.local_path(location(run_dir)))
-    directory.mkdir(parents=True, exist_ok=True)
     schema = _arrow_schema()
     columns = list(zip(*batch, strict=True)) if batch else [() for _ in schema]
     table = pa.Table.from_arrays([pa.array(list(col), type=f.type) for col, f in zip(columns, schema, strict=True)],
                                  schema=schema)
-    # Written under a hidden name, then renamed: a reader never sees half a file (readers skip "." names).
-    name = f"part-driver-{uuid.uuid4().hex}.parquet"
-    pq.write_table(table, directory / f".{name}.tmp")
-    (directory / f".{name}.tmp").rename(directory / name)
+    write_part(run_dir, table, f"part-driver-{uuid.uuid4().hex}.parquet")
     return len(batch)
+
+
+def write_part(run_dir: str, table: Any, name: str) -> None:
+    """Writes one Parquet part file of the map (a local run dir only) under a hidden name, then renames it: a
+    reader never sees half a file (readers skip "." names), and a task retried under the same name replaces its
+    first attempt's file instead of adding to it."""
+    import pyarrow.parquet as pq
+
+    directory = Path(rundir.local_path(location(run_dir)))
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = directory / f".{name}.{uuid.uuid4().hex}.tmp"
+    pq.write_table(table, staging)
+    staging.rename(directory / name)
+
+
+def engine_rows_table(rows_file: str, topic: str, partition: int) -> Any:
+    """The copy engine's rows file (replication.engine.ROW_FIELDS, big-endian int64 each) as the map's Arrow
+    table, column by column: no Python object per row (an unbatched partition has one row per message)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pulsar_migration.replication.engine import ROW_FIELDS
+
+    values = np.fromfile(rows_file, dtype=">i8").reshape(-1, len(ROW_FIELDS)).astype(np.int64)
+    count = len(values)
+    column = {name: values[:, index] for index, name in enumerate(ROW_FIELDS)}
+    schema = _arrow_schema()
+    arrays = {
+        "topic": pa.array(np.full(count, topic, dtype=object), type=pa.string()),
+        "partition": pa.array(np.full(count, partition, dtype=np.int32)),
+        "source_first_chunk": pa.nulls(count, type=pa.string()),
+        "target_first_chunk": pa.nulls(count, type=pa.string()),
+        "mode": pa.array(np.full(count, "copy", dtype=object), type=pa.string()),
+    }
+    for name in ROW_FIELDS:
+        kind = schema.field(name).type
+        data = column[name]
+        arrays[name] = pa.array(data != 0 if kind == pa.bool_() else data.astype(kind.to_pandas_dtype()), type=kind)
+    return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
 def read_local(run_dir: str, topics: Iterable[str] | None = None) -> Any | None:

@@ -367,10 +367,10 @@ def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> tuple[Any
     if not eligible:
         return None, jobs
     groups = max(1, -(-len(eligible) // ENGINE_PARTITIONS_PER_PROCESS))
-    max_in_flight = spec.copy_max_in_flight
+    max_in_flight, run_dir = spec.copy_max_in_flight, ctx.run_dir
 
     def run_group(group: Iterator[PartitionJob]) -> Iterator[tuple[str, Any]]:
-        yield from engine_group(spec, list(group), max_in_flight)
+        yield from engine_group(spec, list(group), max_in_flight, run_dir)
 
     staged = (ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group)
               .persist(StorageLevel.MEMORY_AND_DISK))
