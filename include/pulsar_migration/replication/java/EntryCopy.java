@@ -225,15 +225,20 @@ public final class EntryCopy {
 
         /** The user properties sorted by key, "k\u0001v" joined by "\u0000" (the copy's own left out). */
         private byte[] propertiesText(List<KeyValue> properties) {
-            if (properties.isEmpty()) {
+            KeyValue only = null;
+            int users = 0;
+            for (KeyValue kv : properties) {  // a copy's messages carry the two added ones: usually no user's left
+                if (!added(kv.getKey())) {
+                    only = kv;
+                    users++;
+                }
+            }
+            if (users == 0) {
                 return EMPTY;
             }
             text.setLength(0);
-            if (properties.size() == 1) {
-                KeyValue only = properties.get(0);
-                if (!added(only.getKey())) {
-                    text.append(only.getKey()).append('\u0001').append(only.getValue());
-                }
+            if (users == 1) {
+                text.append(only.getKey()).append('\u0001').append(only.getValue());
             } else {
                 Map<String, String> sorted = new TreeMap<>();
                 for (KeyValue kv : properties) {
@@ -248,7 +253,7 @@ public final class EntryCopy {
                     text.append(p.getKey()).append('\u0001').append(p.getValue());
                 }
             }
-            return text.length() == 0 ? EMPTY : text.toString().getBytes(StandardCharsets.UTF_8);
+            return text.toString().getBytes(StandardCharsets.UTF_8);
         }
 
         private void updateLength(int length) {
@@ -728,13 +733,15 @@ public final class EntryCopy {
             if (text == null) {
                 return null;
             }
-            String[] parts = text.split(":");
-            if (parts.length != 4) {
+            int a = text.indexOf(':');
+            int b = text.indexOf(':', a + 1);
+            int c = text.indexOf(':', b + 1);
+            if (a < 0 || b < 0 || c < 0 || text.indexOf(':', c + 1) >= 0) {
                 return null;  // absent, or a chunked message's (the scan leaves those to the Python path)
             }
             try {
-                return new Tag(Long.parseLong(parts[0]), Long.parseLong(parts[1]), Integer.parseInt(parts[2]),
-                        Integer.parseInt(parts[3]));
+                return new Tag(Long.parseLong(text, 0, a, 10), Long.parseLong(text, a + 1, b, 10),
+                        Integer.parseInt(text, b + 1, c, 10), Integer.parseInt(text, c + 1, text.length(), 10));
             } catch (NumberFormatException e) {
                 return null;
             }
