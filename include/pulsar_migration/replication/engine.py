@@ -54,7 +54,7 @@ class EngineError(RuntimeError):
 
 @dataclass(frozen=True)
 class EngineScan:
-    """The engine's read-back of the target, alongside its copy (partition.scan_copied_target in Java): the content
+    """The engine's read-back of the target after its copy (partition.scan_copied_target in Java): the content
     hash and counts of everything after the map's last target entry, the digest of the (source, target) pairs it
     sent and got receipts for, the entry-shape errors, and the map rows in `rows_file` (ROW_FIELDS, big-endian
     int64 each)."""
@@ -68,8 +68,7 @@ class EngineScan:
     shape_errors: int
     first_shape_errors: tuple[str, ...]
     rows: int
-    scan_s: float  # what the read-back added after the copy (it runs alongside it)
-    busy_s: float = 0.0  # the read-back's whole time
+    scan_s: float
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineScan | None:
@@ -77,7 +76,7 @@ class EngineScan:
             return None
         return cls(data["messages"], data["entries"], data["bytes"], data["hash"], data["pairs"],
                    data["pairs_digest"], data["shape_errors"], tuple(data["first_shape_errors"]), data["rows"],
-                   data.get("scan_ms", 0) / 1000, data.get("scan_busy_ms", 0) / 1000)
+                   data.get("scan_ms", 0) / 1000)
 
 
 # One map row of the engine's rows file: nine big-endian int64.

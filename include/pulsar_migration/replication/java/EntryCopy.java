@@ -282,12 +282,6 @@ public final class EntryCopy {
             count++;
         }
 
-        synchronized void remove(String source, String target) {
-            byte[] digest = sha256().digest((source + ">" + target).getBytes(StandardCharsets.UTF_8));
-            value = value.subtract(new BigInteger(1, digest)).mod(MODULUS);
-            count--;
-        }
-
         synchronized String hex() {
             String hex = value.toString(16);
             return "0".repeat(64 - hex.length()) + hex;
@@ -413,35 +407,11 @@ public final class EntryCopy {
 
     ObjectNode run(PulsarClientImpl src, PulsarClientImpl tgt) throws Exception {
         long started = System.nanoTime();
-        // The read-back of the target runs alongside the copy (its reads cost the target broker little next to
-        // the writes) and ends at the target's last entry once every send is acknowledged.
-        TargetScan scan = scanWanted ? new TargetScan(this) : null;
-        Thread scanning = scan == null ? null : new Thread(() -> scan.runGuarded(tgt), "pm-scan-" + topic);
-        if (scanning != null) {
-            scanning.setDaemon(true);
-            scanning.start();
-        }
-        try {
-            copy(src, tgt);
-        } catch (Throwable e) {
-            if (scan != null) {
-                scan.cancelled = true;
-                scanning.join(10_000);
-            }
-            throw e;
-        }
+        copy(src, tgt);
         long done = System.nanoTime();
         ObjectNode scanned = null;
-        if (scan != null) {
-            if (fallbackAt != null) {
-                scan.cancelled = true;  // the Python path copies the rest and reads the whole range back
-            }
-            scan.copyDone = true;
-            scanning.join();
-            if (scan.error != null) {
-                throw new IllegalStateException(rootMessage(scan.error));
-            }
-            scanned = fallbackAt == null ? scan.result : null;
+        if (scanWanted && fallbackAt == null) {
+            scanned = new TargetScan(this).run(tgt);
         }
         long verified = System.nanoTime();
         ObjectNode result = JSON.createObjectNode();
@@ -464,8 +434,7 @@ public final class EntryCopy {
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
         result.put("send_wait_ms", sendWaitNanos / 1_000_000);
         if (scanned != null) {
-            scanned.put("scan_ms", (verified - done) / 1_000_000);  // what the read-back added after the copy
-            scanned.put("scan_busy_ms", scan.busyNanos / 1_000_000);
+            scanned.put("scan_ms", (verified - done) / 1_000_000);
         }
         result.set("scan", scanned);
         return result;
@@ -477,7 +446,7 @@ public final class EntryCopy {
         }
         EntryConsumer consumer = openReader(src, topic, after, "cluster " + sourceName, receiverQueue);
         try {
-            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, tgt));
+            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, tgt), true);
             drain();
         } finally {
             consumer.closeAsync();
@@ -526,10 +495,10 @@ public final class EntryCopy {
     /**
      * Hands the entries in (after, upper] to `handler`, in order, once each (a reconnect starts again from the
      * first entry: what was taken is dropped). A range whose end is gone (the topic deleted or truncated meanwhile)
-     * or a read that stalls is an error naming `what`.
+     * or a read that stalls is an error naming `what`. `timed`: the waits count as the copy's read waits.
      */
-    void readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler)
-            throws Exception {
+    void readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler,
+                     boolean timed) throws Exception {
         long lastLedger = -1;
         long lastEntry = -1;
         long idleSince = System.currentTimeMillis();
@@ -538,7 +507,9 @@ public final class EntryCopy {
             failIfSendFailed();
             long waitStart = System.nanoTime();
             Raw raw = consumer.entries.poll(200, TimeUnit.MILLISECONDS);
-            readWaitNanos += System.nanoTime() - waitStart;
+            if (timed) {
+                readWaitNanos += System.nanoTime() - waitStart;
+            }
             if (raw == null) {
                 long now = System.currentTimeMillis();
                 if (now - checkedAt > IDLE_CHECK_MS) {
@@ -792,6 +763,7 @@ public final class EntryCopy {
         final EntryCopy copy;
         final ContentHash content = new ContentHash();
         final PairDigest pairs = new PairDigest();
+        final java.util.Set<String> unreceipted;
         final List<String> errors = new ArrayList<>();
         long shapeErrors;
         long rows;
@@ -806,29 +778,10 @@ public final class EntryCopy {
         long firstPublishTime;
         int seen;
 
-        // Set by the copy's thread: the copy ended with every send acknowledged (the target's end is now known),
-        // or the read-back is not wanted any more. Read by the scan's thread.
-        volatile boolean copyDone;
-        volatile boolean cancelled;
-        volatile Throwable error;
-        volatile ObjectNode result;
-        long busyNanos;
-
         TargetScan(EntryCopy copy) {
             this.copy = copy;
-        }
-
-        void runGuarded(PulsarClientImpl tgt) {
-            long started = System.nanoTime();
-            try {
-                result = run(tgt);
-            } catch (Throwable e) {
-                if (!cancelled) {
-                    e.printStackTrace();
-                    error = e;
-                }
-            } finally {
-                busyNanos = System.nanoTime() - started;
+            synchronized (copy.deduplicatedSources) {
+                this.unreceipted = new java.util.HashSet<>(copy.deduplicatedSources);
             }
         }
 
@@ -839,21 +792,25 @@ public final class EntryCopy {
             try (java.io.DataOutputStream rowsOut = new java.io.DataOutputStream(new java.io.BufferedOutputStream(
                     new java.io.FileOutputStream(copy.rowsFile), 1 << 16))) {
                 out = rowsOut;
-                String unplaced = read(consumer, after);
-                if (unplaced != null) {
-                    result.put("fallback_at", unplaced);
+                MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+                long[] end = {last.getLedgerId(), last.getEntryId()};
+                if (end[0] < 0 || end[1] < 0) {
+                    // An empty ledger last (a new topic, a roll-over): where the range ends is not known here.
+                    result.put("fallback_at", "end " + end[0] + ":" + end[1]);
                     return result;
+                }
+                if (after == null || compare(after[0], after[1], end[0], end[1]) < 0) {
+                    copy.readEntries(consumer, after, end, copy.topic + " on the target", this::entry, false);
                 }
                 finish();
             } finally {
                 consumer.closeAsync();
                 release(consumer);
             }
-            if (fallbackAt != null || cancelled) {
-                result.put("fallback_at", fallbackAt == null ? "cancelled" : fallbackAt);
+            if (fallbackAt != null) {
+                result.put("fallback_at", fallbackAt);
                 return result;
             }
-            unpairDeduplicated();
             result.put("messages", content.messages);
             result.put("entries", content.entries);
             result.put("bytes", content.bytes);
@@ -864,108 +821,6 @@ public final class EntryCopy {
             result.putPOJO("first_shape_errors", errors);
             result.put("rows", rows);
             return result;
-        }
-
-        /**
-         * Reads the target after `after`, following the copy as its entries land, up to the target's last entry
-         * once the copy is done; a reconnect's repeated entries are dropped. Returns why the range cannot be
-         * placed (the Python path reads it then), or null.
-         */
-        String read(EntryConsumer consumer, long[] after) throws Exception {
-            long[] end = null;
-            long lastLedger = -1;
-            long lastEntry = -1;
-            long idleSince = System.currentTimeMillis();
-            long checkedAt = idleSince;
-            String what = copy.topic + " on the target";
-            while (!cancelled) {
-                if (end == null && copyDone) {
-                    MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
-                    end = new long[] {last.getLedgerId(), last.getEntryId()};
-                    if (end[0] < 0 || end[1] < 0) {
-                        // An empty ledger last (a new topic, a roll-over): where the range ends is not known here.
-                        return "end " + end[0] + ":" + end[1];
-                    }
-                    if (after != null && compare(after[0], after[1], end[0], end[1]) >= 0
-                            || lastLedger >= 0 && compare(lastLedger, lastEntry, end[0], end[1]) >= 0) {
-                        return null;
-                    }
-                    idleSince = checkedAt = System.currentTimeMillis();
-                }
-                Raw raw = consumer.entries.poll(50, TimeUnit.MILLISECONDS);
-                if (raw == null) {
-                    long now = System.currentTimeMillis();
-                    if (end != null && now - checkedAt > IDLE_CHECK_MS) {
-                        checkedAt = now;
-                        MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
-                        if (compare(last.getLedgerId(), last.getEntryId(), end[0], end[1]) < 0) {
-                            throw new IllegalStateException(what + " ends before " + end[0] + ":" + end[1]
-                                    + ": it was deleted or truncated during the run");
-                        }
-                    }
-                    if (end != null && now - idleSince > STALL_LIMIT_MS) {
-                        throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000
-                                + "s");
-                    }
-                    continue;
-                }
-                idleSince = checkedAt = System.currentTimeMillis();
-                try {
-                    consumer.consumed(raw);
-                    if (lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0) {
-                        continue;
-                    }
-                    if (after != null && compare(raw.ledger(), raw.entry(), after[0], after[1]) <= 0) {
-                        continue;
-                    }
-                    if (end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) > 0) {
-                        return null;
-                    }
-                    lastLedger = raw.ledger();
-                    lastEntry = raw.entry();
-                    if (!entry(raw)) {
-                        return null;  // fallbackAt: a chunked or encrypted entry
-                    }
-                    if (end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) >= 0) {
-                        return null;
-                    }
-                } finally {
-                    raw.data().release();
-                }
-            }
-            return null;
-        }
-
-        /**
-         * The pairs of entries whose re-send the target's deduplication dropped carry no receipt (the receipts'
-         * digest leaves them out): they are taken out of the read-back's digest again, from the rows file, once
-         * the copy is done and they are known.
-         */
-        void unpairDeduplicated() throws java.io.IOException {
-            java.util.Set<String> unreceipted;
-            synchronized (copy.deduplicatedSources) {
-                unreceipted = new java.util.HashSet<>(copy.deduplicatedSources);
-            }
-            if (unreceipted.isEmpty()) {
-                return;
-            }
-            long[] sentAfter = copy.resumeAfter;
-            try (java.io.DataInputStream in = new java.io.DataInputStream(new java.io.BufferedInputStream(
-                    new java.io.FileInputStream(copy.rowsFile), 1 << 16))) {
-                for (long row = 0; row < rows; row++) {
-                    long sl = in.readLong();
-                    long se = in.readLong();
-                    in.skipNBytes(2 * 8);
-                    long tl = in.readLong();
-                    long te = in.readLong();
-                    in.skipNBytes(3 * 8);
-                    String source = sl + ":" + se;
-                    if (unreceipted.contains(source)
-                            && (sentAfter == null || compare(sl, se, sentAfter[0], sentAfter[1]) > 0)) {
-                        pairs.remove(source, tl + ":" + te);
-                    }
-                }
-            }
         }
 
         boolean entry(Raw raw) throws Exception {
@@ -1081,8 +936,10 @@ public final class EntryCopy {
             out.writeLong(firstPublishTime);
             rows++;
             long[] sentAfter = copy.resumeAfter;
-            if (sentAfter == null || compare(tag.ledger(), tag.entry(), sentAfter[0], sentAfter[1]) > 0) {
-                pairs.add(tag.position(), entryLedger + ":" + entryId);  // see unpairDeduplicated
+            String source = tag.position();
+            if ((sentAfter == null || compare(tag.ledger(), tag.entry(), sentAfter[0], sentAfter[1]) > 0)
+                    && !unreceipted.contains(source)) {
+                pairs.add(source, entryLedger + ":" + entryId);
             }
         }
 
