@@ -553,25 +553,42 @@ public final class EntryCopy {
 
     /** Hashes one source entry and, past the resume point, sends it; false: the entry needs the Python path. */
     boolean entry(Raw raw, PulsarClient tgt) throws Exception {
-        ByteBuf buf = raw.data().duplicate();
-        Commands.skipBrokerEntryMetadataIfExist(buf);
-        MessageMetadata md = new MessageMetadata();
-        Commands.parseMessageMetadata(buf, md);
         String pos = raw.ledger() + ":" + raw.entry();
-        if (md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0) {
-            fallbackAt = pos;
-            return false;
+        try (Opened opened = Opened.of(raw)) {
+            if (opened.forPython()) {
+                fallbackAt = pos;
+                return false;
+            }
+            return send(raw, opened.md(), opened.payload(), pos, tgt);
         }
-        ByteBuf payload = buf;
-        ByteBuf decoded = null;
-        if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
-            decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
+    }
+
+    /** A stored entry's metadata and payload, decompressed when it was compressed (close() releases that copy). */
+    record Opened(MessageMetadata md, ByteBuf payload, ByteBuf decoded) implements AutoCloseable {
+        static Opened of(Raw raw) throws java.io.IOException {
+            ByteBuf buf = raw.data().duplicate();
+            Commands.skipBrokerEntryMetadataIfExist(buf);
+            MessageMetadata md = new MessageMetadata();
+            Commands.parseMessageMetadata(buf, md);
+            if (forPython(md) || !md.hasCompression() || md.getCompression() == CompressionType.NONE) {
+                return new Opened(md, buf, null);
+            }
+            ByteBuf decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
                     .decode(buf, md.getUncompressedSize());
-            payload = decoded;
+            return new Opened(md, decoded, decoded);
         }
-        try {
-            return send(raw, md, payload, pos, tgt);
-        } finally {
+
+        /** Chunked and encrypted entries are the Python path's (it re-chunks, and the engine holds no keys). */
+        static boolean forPython(MessageMetadata md) {
+            return md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0;
+        }
+
+        boolean forPython() {
+            return forPython(md);
+        }
+
+        @Override
+        public void close() {
             if (decoded != null) {
                 decoded.release();
             }
@@ -824,22 +841,13 @@ public final class EntryCopy {
         }
 
         boolean entry(Raw raw) throws Exception {
-            ByteBuf buf = raw.data().duplicate();
-            Commands.skipBrokerEntryMetadataIfExist(buf);
-            MessageMetadata md = new MessageMetadata();
-            Commands.parseMessageMetadata(buf, md);
-            if (md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0) {
-                fallbackAt = raw.ledger() + ":" + raw.entry();
-                return false;
-            }
-            ByteBuf payload = buf;
-            ByteBuf decoded = null;
-            if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
-                decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
-                        .decode(buf, md.getUncompressedSize());
-                payload = decoded;
-            }
-            try {
+            try (Opened opened = Opened.of(raw)) {
+                if (opened.forPython()) {
+                    fallbackAt = raw.ledger() + ":" + raw.entry();
+                    return false;
+                }
+                MessageMetadata md = opened.md();
+                ByteBuf payload = opened.payload();
                 finish();
                 entryLedger = raw.ledger();
                 entryId = raw.entry();
@@ -874,10 +882,6 @@ public final class EntryCopy {
                     message(md.getPropertiesList(), -1);
                 }
                 return true;
-            } finally {
-                if (decoded != null) {
-                    decoded.release();
-                }
             }
         }
 
