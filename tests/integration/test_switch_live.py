@@ -153,6 +153,19 @@ def java_producer(url: str, topic: str) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def publishing_at_the_source(admin: PulsarAdmin, topic: str, process: subprocess.Popen[str],
+                             timeout_s: float = 90.0) -> None:
+    """Waits until the Java producer has stored messages at the source, then 2 s more. A fixed wait is not enough
+    on a loaded machine: a JVM that starts late looks the topic up just before the switch's hold and connects after
+    its fence, and the switch then rightly gives up (the quiet check sees the source move)."""
+    deadline = time.monotonic() + timeout_s
+    while admin.last_entry(topic) is None:
+        assert process.poll() is None, f"the Java producer exited early: {process.communicate()[0][-2000:]}"
+        assert time.monotonic() < deadline, f"the Java producer stored nothing on {topic} in {timeout_s:.0f}s"
+        time.sleep(0.2)
+    time.sleep(2)
+
+
 def stored(cluster: LocalCluster, topic: str, partitions: int) -> list[list[str]]:
     """Every stored payload per partition, in storage order."""
     c = pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -250,7 +263,7 @@ def test_live_cutover(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: 
         assert replicate(spec, run_dir) == 0
         assert sync(spec, run_dir) == 0
         java = java_producer(service.url, f"persistent://{tenant}/ns/java")
-        time.sleep(5)  # it is publishing (at the source) when the switch starts
+        publishing_at_the_source(admin_a, f"persistent://{tenant}/ns/java", java)
         switch_from = time.monotonic()
         code = run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
         time.sleep(6)

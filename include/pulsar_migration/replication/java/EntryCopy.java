@@ -411,7 +411,15 @@ public final class EntryCopy {
         long done = System.nanoTime();
         ObjectNode scanned = null;
         if (scanWanted && fallbackAt == null) {
-            scanned = new TargetScan(this).run(tgt);
+            try {
+                scanned = new TargetScan(this).run(tgt);
+            } catch (Exception e) {
+                // e.g. a connection cut while reading: the Python client's read-back (with its own reconnect
+                // handling) judges the partition instead; what was copied stands.
+                e.printStackTrace();
+                scanned = JSON.createObjectNode();
+                scanned.put("fallback_at", "read-back failed: " + rootMessage(e));
+            }
         }
         long verified = System.nanoTime();
         ObjectNode result = JSON.createObjectNode();
@@ -480,6 +488,21 @@ public final class EntryCopy {
         return consumer;
     }
 
+    /** The topic's last message id, asked again while the consumer reconnects (a cut connection fails the ask). */
+    static MessageIdImpl lastMessageId(EntryConsumer consumer) throws Exception {
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (true) {
+            try {
+                return (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.ExecutionException e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
     static void release(EntryConsumer consumer) {
         Raw left;
         while ((left = consumer.entries.poll()) != null) {
@@ -514,7 +537,7 @@ public final class EntryCopy {
                 long now = System.currentTimeMillis();
                 if (now - checkedAt > IDLE_CHECK_MS) {
                     checkedAt = now;
-                    MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+                    MessageIdImpl last = lastMessageId(consumer);
                     if (compare(last.getLedgerId(), last.getEntryId(), upper[0], upper[1]) < 0) {
                         throw new IllegalStateException(what + " ends before this run's bound " + upper[0] + ":"
                                 + upper[1] + ": it was deleted or truncated during the run");
@@ -809,7 +832,7 @@ public final class EntryCopy {
             try (java.io.DataOutputStream rowsOut = new java.io.DataOutputStream(new java.io.BufferedOutputStream(
                     new java.io.FileOutputStream(copy.rowsFile), 1 << 16))) {
                 out = rowsOut;
-                MessageIdImpl last = (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
+                MessageIdImpl last = lastMessageId(consumer);
                 long[] end = {last.getLedgerId(), last.getEntryId()};
                 if (end[0] < 0 || end[1] < 0) {
                     // An empty ledger last (a new topic, a roll-over): where the range ends is not known here.
