@@ -79,7 +79,7 @@ def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tm
     import struct
 
     from pulsar_migration.replication import posmap
-    from pulsar_migration.replication.partition import EngineCopy, PartitionJob, engine_map_rows
+    from pulsar_migration.replication.partition import EngineCopy, PartitionJob, PartitionOutcome, engine_rows_to_map
 
     scan = {"messages": 5, "entries": 2, "bytes": 50, "hash": "ef" * 32, "pairs": 2, "pairs_digest": "01" * 32,
             "shape_errors": 0, "first_shape_errors": [], "rows": 2, "scan_ms": 250}
@@ -92,7 +92,9 @@ def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tm
     topic = "persistent://t/ns/x-partition-1"
     job = PartitionJob(topic, "ns/x", 1, Position(7, 2),
                        engine=EngineCopy(None, "unused", 1.0, rows_file=str(rows_file)))
-    rows = engine_map_rows(job, 2)
+    outcome = PartitionOutcome(topic, "ns/x", 1, mapped_entries=2)
+    rows = engine_rows_to_map("s3a://bucket/run", job, outcome)  # not local: the rows go to Spark's write
+    assert outcome.status == "ok"
     assert [r.as_tuple() for r in rows] == [
         (topic, 1, 7, 1, 4, True, None, 9, 0, 4, True, None, 1_700_000_000_000, "copy"),
         (topic, 1, 7, 2, 1, False, None, 9, 1, 1, False, None, 1_700_000_000_001, "copy")]
@@ -104,3 +106,6 @@ def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tm
     frame = posmap.read_local(run_dir)
     assert frame is not None and len(frame) == 2
     assert [p.name for p in Path(posmap.location(run_dir)).iterdir()] == ["part-engine-x-9.0-9.1.parquet"]
+    short = PartitionOutcome(topic, "ns/x", 1, mapped_entries=3)  # the read-back reported a row more than written
+    assert engine_rows_to_map("s3a://bucket/run", job, short) == [] and short.status == "failed"
+    assert "wrote 2 map rows of 3" in (short.error or "")

@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -79,14 +78,10 @@ class EngineScan:
                    data.get("scan_ms", 0) / 1000)
 
 
-# One map row of the engine's rows file: nine big-endian int64.
+# One map row of the engine's rows file: nine big-endian int64 (read by posmap.engine_rows_table).
 ROW_FIELDS = ("source_ledger", "source_entry", "source_messages", "source_batched", "target_ledger", "target_entry",
               "target_messages", "target_batched", "source_publish_time")
 
-
-def read_rows(path: str) -> list[tuple[int, ...]]:
-    """The rows of an engine rows file, as tuples in ROW_FIELDS order."""
-    return list(struct.iter_unpack(f">{len(ROW_FIELDS)}q", Path(path).read_bytes()))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from pulsar_migration.replication.engine import (
     EngineProcess,
     EngineResult,
     EngineScan,
-    read_rows,
 )
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
@@ -182,24 +181,12 @@ class TargetScan:
 
 def engine_target_scan(scan: EngineScan) -> TargetScan:
     """The engine's read-back of the target (the same reading as scan_copied_target, done in Java right after
-    its copy) as a TargetScan; its map rows stay in the engine's rows file (engine_map_rows, or written to the
-    map as they are by engine_group)."""
+    its copy) as a TargetScan; its map rows stay in the engine's rows file (engine_rows_to_map)."""
     content = ContentHash(scan.messages, scan.entries, scan.bytes, bytes.fromhex(scan.hash))
     pairs = PairDigest()
     pairs.value, pairs.count = int(scan.pairs_digest, 16), scan.pairs
     listed = list(scan.first_shape_errors)
     return TargetScan(content, [], pairs, listed, scan.shape_errors - len(listed), rows_elsewhere=scan.rows)
-
-
-def engine_map_rows(job: PartitionJob, expected: int) -> list[MapRow]:
-    """The map rows of the engine's rows file of `job`, checked against the count its scan reported."""
-    assert job.engine is not None and job.engine.rows_file is not None
-    topic, partition = job.topic, job.partition
-    rows = [MapRow(topic, partition, sl, se, sm, bool(sb), None, tl, te, tm, bool(tb), None, spt, "copy")
-            for sl, se, sm, sb, tl, te, tm, tb, spt in read_rows(job.engine.rows_file)]
-    if len(rows) != expected:
-        raise ReadError(f"{topic}: the engine wrote {len(rows)} map rows of {expected}")
-    return rows
 
 
 def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
@@ -513,7 +500,6 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
             resume_after = resume_point(task)
     else:
         resume_after = resume_point(task)
-    by_engine = copied is not None
     if copied is None:
         copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
     outcome.copy_s = round(time.monotonic() - started + (job.engine.copy_s if job.engine else 0), 3)
@@ -525,8 +511,8 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         return []
 
     started = time.monotonic()
-    engine_scan = engine_scan_of(job) if by_engine else None
-    if engine_scan is not None and job.engine is not None and job.engine.rows_file is not None:
+    engine_scan = engine_scan_of(job)
+    if engine_scan is not None:
         scan = engine_target_scan(engine_scan)
         outcome.verify_s = round(engine_scan.scan_s + time.monotonic() - started, 3)
         outcome.verified_by = "java"
@@ -656,15 +642,16 @@ def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
 
 
 def engine_rows_to_map(run_dir: str, job: PartitionJob, outcome: PartitionOutcome) -> list[MapRow]:
-    """A verified partition's map rows from the engine's rows file: written as a part of the map here (a local
-    run dir; named by the partition's mapped range, so a retried task replaces its file), else returned."""
+    """A verified partition's map rows from the engine's rows file, checked against the count its read-back
+    reported: written as a part of the map here (a local run dir; named by the partition's mapped range, so a
+    retried task replaces its file), else returned for the caller's Spark write."""
     assert job.engine is not None and job.engine.rows_file is not None
-    if not rundir.is_local(run_dir):
-        return engine_map_rows(job, outcome.mapped_entries)
     table = posmap.engine_rows_table(job.engine.rows_file, job.topic, job.partition)
     if table.num_rows != outcome.mapped_entries:
         outcome.fail(f"{job.topic}: the engine wrote {table.num_rows} map rows of {outcome.mapped_entries}")
         return []
+    if not rundir.is_local(run_dir):
+        return [MapRow(**row) for row in table.to_pylist()]
     if table.num_rows:
         first, last = table.slice(0, 1), table.slice(table.num_rows - 1, 1)
         span = "-".join(f"{t['target_ledger'][0].as_py()}.{t['target_entry'][0].as_py()}" for t in (first, last))
@@ -698,7 +685,8 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
 
 
 def engine_scan_of(job: PartitionJob) -> EngineScan | None:
-    """The engine's read-back of a partition it copied whole (None: none made, the Python path reads it)."""
+    """The engine's read-back of a partition it copied whole (None: not the engine's, it stopped at an entry
+    for the Python path, or it made none: the Python client reads the target back)."""
     result = job.engine.result if job.engine is not None else None
     return result.scan if isinstance(result, EngineResult) and result.fallback_at is None else None
 

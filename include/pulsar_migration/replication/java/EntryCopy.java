@@ -196,6 +196,25 @@ public final class EntryCopy {
         private byte[] scratch = new byte[64 * 1024];
         private final StringBuilder text = new StringBuilder();
 
+        /** One message of a batch; `hashedVersion` as hashedVersion() gives it for the entry. */
+        void add(SingleMessageMetadata single, ByteBuf payload, long hashedVersion) {
+            add(single.hasPartitionKey() ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
+                    single.hasOrderingKey() ? single.getOrderingKey() : EMPTY, payload, single.getPropertiesList(),
+                    single.hasEventTime() ? single.getEventTime() : 0, hashedVersion, single.isNullValue());
+        }
+
+        /** The message of an unbatched entry. */
+        void add(MessageMetadata md, ByteBuf payload, long hashedVersion) {
+            add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
+                    md.hasOrderingKey() ? md.getOrderingKey() : EMPTY, payload, md.getPropertiesList(),
+                    md.hasEventTime() ? md.getEventTime() : 0, hashedVersion, md.isNullValue());
+        }
+
+        /** The schema version as the Python side hashes it: `version or -1`. */
+        static long hashedVersion(long schemaVersion) {
+            return schemaVersion <= 0 ? -1 : schemaVersion;
+        }
+
         void add(byte[] partitionKey, byte[] orderingKey, ByteBuf payload, List<KeyValue> properties,
                  long eventTime, long schemaVersion, boolean nullValue) {
             sha.reset();
@@ -303,6 +322,12 @@ public final class EntryCopy {
         } catch (Exception e) {
             throw new IllegalStateException(e);
         }
+    }
+
+    /** An entry's schema version (-1: none). */
+    static long schemaVersion(MessageMetadata md) {
+        return md.hasSchemaVersion() && md.getSchemaVersion().length == 8
+                ? ByteBuffer.wrap(md.getSchemaVersion()).getLong() : -1;
     }
 
     static long sequenceId(long ledger, long entry) {
@@ -621,11 +646,8 @@ public final class EntryCopy {
     boolean send(Raw raw, MessageMetadata md, ByteBuf payload, String pos, PulsarClient tgt) throws Exception {
         boolean batched = md.hasNumMessagesInBatch();
         int count = batched ? md.getNumMessagesInBatch() : 1;
-        long schemaVersion = -1;
-        if (md.hasSchemaVersion() && md.getSchemaVersion().length == 8) {
-            schemaVersion = ByteBuffer.wrap(md.getSchemaVersion()).getLong();
-        }
-        long hashedVersion = schemaVersion <= 0 ? -1 : schemaVersion;  // Python hashes `version or -1`
+        long schemaVersion = schemaVersion(md);
+        long hashedVersion = ContentHash.hashedVersion(schemaVersion);
         boolean sendIt = resumeAfter == null || compare(raw.ledger(), raw.entry(), resumeAfter[0], resumeAfter[1]) > 0;
         String publishTime = Long.toString(md.getPublishTime());
         MessageMetadata out = null;
@@ -657,10 +679,7 @@ public final class EntryCopy {
             for (int i = 0; i < count; i++) {
                 ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, count);
                 try {
-                    source.add(single.hasPartitionKey() ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8)
-                                    : EMPTY, single.hasOrderingKey() ? single.getOrderingKey() : EMPTY,
-                            message, single.getPropertiesList(), single.hasEventTime() ? single.getEventTime() : 0,
-                            hashedVersion, single.isNullValue());
+                    source.add(single, message, hashedVersion);
                     if (sendIt) {
                         single.addProperty().setKey(SOURCE_TAG).setValue(tagPrefix + i + tagSuffix);
                         single.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
@@ -673,10 +692,7 @@ public final class EntryCopy {
                 }
             }
         } else {
-            source.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
-                    md.hasOrderingKey() ? md.getOrderingKey() : EMPTY, payload,
-                    md.getPropertiesList(), md.hasEventTime() ? md.getEventTime() : 0,
-                    hashedVersion, md.isNullValue());
+            source.add(md, payload, hashedVersion);
             if (sendIt) {
                 out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
@@ -879,29 +895,21 @@ public final class EntryCopy {
                 first = null;
                 seen = 0;
                 content.entries++;
-                long version = md.hasSchemaVersion() && md.getSchemaVersion().length == 8
-                        ? ByteBuffer.wrap(md.getSchemaVersion()).getLong() : -1;
-                long hashedVersion = version <= 0 ? -1 : version;
+                long hashedVersion = ContentHash.hashedVersion(schemaVersion(md));
                 if (entryBatched) {
                     ByteBuf batch = payload.duplicate();
                     SingleMessageMetadata single = new SingleMessageMetadata();
                     for (int i = 0; i < entryMessages; i++) {
                         ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, entryMessages);
                         try {
-                            content.add(single.hasPartitionKey()
-                                            ? single.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
-                                    single.hasOrderingKey() ? single.getOrderingKey() : EMPTY, message,
-                                    single.getPropertiesList(), single.hasEventTime() ? single.getEventTime() : 0,
-                                    hashedVersion, single.isNullValue());
+                            content.add(single, message, hashedVersion);
                             message(single.getPropertiesList(), i);
                         } finally {
                             message.release();
                         }
                     }
                 } else {
-                    content.add(md.hasPartitionKey() ? md.getPartitionKey().getBytes(StandardCharsets.UTF_8) : EMPTY,
-                            md.hasOrderingKey() ? md.getOrderingKey() : EMPTY, payload, md.getPropertiesList(),
-                            md.hasEventTime() ? md.getEventTime() : 0, hashedVersion, md.isNullValue());
+                    content.add(md, payload, hashedVersion);
                     message(md.getPropertiesList(), -1);
                 }
                 return true;
