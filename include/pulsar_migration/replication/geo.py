@@ -49,6 +49,13 @@ REPLICATOR_PREFIX = "pulsar.repl."
 POLL_S = 0.5
 # A replicator missing from a partition's stats this long after the unload gets one more unload.
 REPLICATOR_START_GRACE_S = 30.0
+# A replicator that moved nothing to the target for this long is restarted by an unload (at most
+# MAX_STALL_RESTARTS times per partition). Seen on 4.0.8: after one failed BookKeeper read (the broker out
+# of direct memory, replicators reading 1000 entries of 128 KiB at once) the replicator logs "Skip the
+# reading because there is a pending read task" for good and never reads again; an unload restarts it from its
+# cursor. With nothing delivered for that long nothing is in flight either, so the restart sends nothing twice.
+REPLICATOR_STALL_S = 30.0
+MAX_STALL_RESTARTS = 3
 # How long the target may still be short once the source's replicator cursor says everything was delivered.
 SETTLE_S = 5.0
 # Reads of the source range that may stop short of its bound before the step gives up on reaching it.
@@ -237,6 +244,52 @@ def _arrived(status: dict[str, Any], before: Position | None) -> bool:
     return "target_last" in status and status["target_last"] != (str(before) if before else None)
 
 
+class StallWatch:
+    """Which partitions' replicators made no progress for `stall_s` (their progress signature, e.g. the
+    target's last entry, unchanged), so they can be restarted; each partition at most `max_restarts` times.
+
+    One restart at a time: the next stalled partition is restarted only once the last restarted one moved
+    (or left the watch). Restarting all at once repeated the failure here (four replicators reading
+    128 MiB each again exhausted the broker's direct memory again); one by one each got through."""
+
+    def __init__(self, stall_s: float = REPLICATOR_STALL_S, max_restarts: int = MAX_STALL_RESTARTS) -> None:
+        self.stall_s, self.max_restarts = stall_s, max_restarts
+        self._seen: dict[str, tuple[Any, float]] = {}
+        self._awaiting: str | None = None  # restarted, not moved since
+        self.restarts: dict[str, int] = {}
+
+    def stalled(self, topic: str, progress: Any, now: float) -> bool:
+        """Records `progress` at `now`; True (and counted as a restart) when it has not changed for stall_s,
+        the partition has restarts left and no other restarted partition is still waiting to move."""
+        seen = self._seen.get(topic)
+        if seen is None or seen[0] != progress:
+            self._seen[topic] = (progress, now)
+            if topic == self._awaiting:
+                self._awaiting = None
+            return False
+        if now - seen[1] < self.stall_s or self.restarts.get(topic, 0) >= self.max_restarts:
+            return False
+        if self._awaiting not in (None, topic):
+            return False
+        self.restarts[topic] = self.restarts.get(topic, 0) + 1
+        self._seen[topic] = (progress, now)
+        self._awaiting = topic
+        return True
+
+    def forget(self, topic: str) -> None:
+        """The partition caught up (or is no longer watched): it holds back no other restart."""
+        self._seen.pop(topic, None)
+        if topic == self._awaiting:
+            self._awaiting = None
+
+
+def _stall_progress(status: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What moves while a running replicator works (None: no replicator yet, the start rule applies)."""
+    if not status.get("replicator"):
+        return None
+    return status.get("target_last"), status.get("backlog")
+
+
 def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, jobs: list[PartitionJob],
                     baseline: dict[str, Position | None], since: float, pool: ThreadPoolExecutor) -> dict[str, Any]:
     """Polls until every partition's replication reached the job's upper bound, or fails at the geo timeout
@@ -245,6 +298,7 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
     pending = list(jobs)
     first_arrival_s: float | None = None
     reunloaded: set[str] = set()
+    stalls = StallWatch()
     status: dict[str, dict[str, Any]] = {}
     while True:
         checks: list[tuple[PartitionJob, dict[str, Any]]] = [(j, {}) for j in pending]
@@ -252,6 +306,9 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
         status = {j.topic: s for j, s in checks}
         if first_arrival_s is None and any(_arrived(s, baseline.get(t)) for t, s in status.items()):
             first_arrival_s = round(time.monotonic() - since, 3)
+        for job, ok in zip(pending, results, strict=True):
+            if ok:
+                stalls.forget(job.topic)
         pending = [j for j, ok in zip(pending, results, strict=True) if not ok]
         if not pending:
             break
@@ -268,11 +325,19 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
                             now - since)
                 src_admin.put(f"{src_admin.topic_path(job.topic)}/unload")
                 reunloaded.add(job.topic)
+                continue
+            progress = _stall_progress(status.get(job.topic, {}))
+            if progress is not None and stalls.stalled(job.topic, progress, now):
+                log.warning("replicator to %s on %s moved nothing for %.0fs (%s): restarting it by an unload",
+                            spec.target, job.topic, stalls.stall_s, json.dumps(status.get(job.topic, {}),
+                                                                                 sort_keys=True))
+                src_admin.put(f"{src_admin.topic_path(job.topic)}/unload")
         time.sleep(POLL_S)
     wait_s = round(time.monotonic() - since, 3)
     log.info("replication to %s caught up on %d partition(s) %.1fs after it was turned on%s", spec.target, len(jobs),
              wait_s, f" (first entry arrived after {first_arrival_s}s)" if first_arrival_s is not None else "")
-    return {"first_arrival_s": first_arrival_s, "wait_s": wait_s, "partitions_unloaded_again": sorted(reunloaded)}
+    return {"first_arrival_s": first_arrival_s, "wait_s": wait_s, "partitions_unloaded_again": sorted(reunloaded),
+            "stalled_replicators_restarted": dict(sorted(stalls.restarts.items()))}
 
 
 # -- Spark task: pair and verify one partition ---------------------------------------------------------
