@@ -11,6 +11,10 @@ what it delivers on the source, and a client through the lookup service lands on
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +29,10 @@ from pulsar_migration.stepjob import run_step
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
-from tests.conftest import kill_at_fault_point, unique
+from tests.conftest import kill_at_fault_point, spark_submit, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import client, drain, replicate
+from tests.integration.stale_client import StaleProducer
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_sync_progress import receive_all, sync
 
@@ -134,3 +139,49 @@ def test_killed_at_each_phase_boundary_then_rerun_ends_exact(prepared: dict[str,
         c.close()
     assert read_all(cluster_b, f"persistent://{tenant}/ns/events")[-1] == b"after the kills"
     assert b"after the kills" not in read_all(cluster_a, f"persistent://{tenant}/ns/events")
+
+
+def test_a_client_arriving_after_the_fence_is_fenced_again_and_the_switch_goes_on(
+        prepared: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster) -> None:
+    """A producer whose lookup was answered before the hold can reach the source after the fence. The step
+    unloads that partition again (the client's next lookup is parked) instead of waiting out its timeout and
+    rolling back; the late producer, standing in for it, connects while the step is parked right after the
+    fence's unload and never reconnects on its own."""
+    service: LookupProcess = prepared["service"]
+    tenant, spec, run_dir = prepared["tenant"], prepared["spec"], prepared["run"]
+    marks, point = prepared["tmp"] / "marks", "switch.fence_unloaded"
+    marks.mkdir()
+    topic = f"persistent://{tenant}/ns/events"
+    admin = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    late: StaleProducer | None = None
+    with (marks / "switch.log").open("w") as out:
+        proc = spark_submit(STEP, spec, run_dir, env={"PM_FAULT": f"{point}@1=5", "PM_FAULT_MARK_DIR": str(marks)},
+                            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (marks / point).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (marks / "switch.log").read_text()[-3000:]
+            time.sleep(0.1)
+        admin.get(f"{admin.topic_path(topic)}/stats")  # the bundle owned again, as the client's lookup had done
+        late = StaleProducer("127.0.0.1", cluster_a.broker_port, topic, "late-after-fence")
+        assert [p["producerName"] for p in admin.get(f"{admin.topic_path(topic)}/stats")["publishers"]] == [
+            "late-after-fence"]
+        assert proc.wait(timeout=300) == 0, (marks / "switch.log").read_text()[-3000:]
+        assert late.closed_by_broker()  # the step's second unload took it away
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if late is not None:
+            late.close()
+        admin.close()
+    report = json.loads((run_dir / f"{STEP}.json").read_text())
+    assert report["verdict"] == "ok" and report["details"]["fenced_again"] == {topic: 1}, report["details"]
+    assert "rolled_back" not in report["details"]
+    route = service.api("GET", f"/routes/{tenant}").json()
+    assert (route["cluster"], route["held"]) == (cluster_b.name, False)
+    for part in partitions(tenant):
+        source = read_all(cluster_a, part)
+        assert source and read_all(cluster_b, part) == source, part
+    for sub_topic, sub in SUBSCRIPTIONS.items():
+        full = f"persistent://{tenant}/{sub_topic}"
+        assert delivers(cluster_b, full, sub) == delivers(cluster_a, full, sub), sub_topic

@@ -15,8 +15,10 @@ Order (each phase timed in the report):
    (C++ clients back off for up to 60 s after an HTTP error; a late answer costs them nothing).
 3. **fence**: unload the tenant's namespaces on the source. Every client is disconnected; its reconnect
    starts with a lookup, which is parked, so nothing can publish or acknowledge on the source any more.
-   The step waits until the source shows no producer and no consumer on any selected partition (a client
-   that bypasses the lookup service would show here and stop the switch), then reads every partition once
+   The step waits until the source shows no producer and no consumer on any selected partition. A client
+   found there connected after the unload: one whose lookup was answered just before the hold gets its
+   partition unloaded again (up to 3 times, 1 s apart) and its next lookup is parked; one that bypasses the
+   lookup service comes straight back and stops the switch after 15 s. Then it reads every partition once
    on both clusters (snapshot.FenceSnapshot: stats, last entry, internalStats; the target's while the
    source unloads). The final delta, the final sync and the quiet check work from that one read instead of
    reading the same things again: while clients wait, every admin call is broker CPU taken from the hold.
@@ -73,6 +75,9 @@ REQUIRED_REPORTS = ("sync_metadata", "replicate_topics", "sync_progress")
 # A client that bypasses the lookup service keeps the hold this long before the switch gives up: well inside the
 # clients' default 30 s send timeout (at 30 s, one loaded run saw 1,778 sends time out before the rollback).
 CLIENTS_GONE_TIMEOUT_S = 15.0
+# A client found on a partition after the fence is fenced again (at most this often, this many times).
+REFENCE_GAP_S = 1.0
+MAX_REFENCES = 3
 # Catch-up copies run while clients still publish; each one is shorter than the last. Stop when one copied
 # this few entries: the final delta (an admin call per entry for producer identities) is then about as small.
 CATCH_UP_ROUNDS = 3
@@ -231,8 +236,10 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                 for ns in fenced_namespaces:
                     src_admin.put(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/unload", expect_json=False)
                 steps.lap("unload")
-                last_stats = wait_clients_gone(src_admin, partitions)
+                faults.at("switch.fence_unloaded", 1)  # a test lets a late client in here (PM_FAULT)
+                last_stats, refenced = wait_clients_gone(src_admin, partitions, fenced_producers if geo else None)
                 steps.lap("clients_gone")
+                report.details["fenced_again"] = refenced
                 source = read_side(src_admin, partitions, last_stats)
                 steps.lap("source_read")
                 snapshot = FenceSnapshot(source, target_read.result())
@@ -307,20 +314,41 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
             "path": report.details.get("path") or ("driver" if report.details.get("in_driver") else "spark")}
 
 
-def wait_clients_gone(admin: PulsarAdmin, partitions: list[str]) -> dict[str, dict[str, Any]]:
-    """Polls the partitions' stats until none shows a client; returns each partition's last stats."""
+def wait_clients_gone(admin: PulsarAdmin, partitions: list[str], seen_producers: dict[str, list[str]] | None = None,
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Polls the partitions' stats until none shows a client; returns each partition's last stats and the
+    partitions fenced again. Anything on a partition after the unload connected after the fence: a client
+    whose lookup was answered just before the hold (its connection still on the way) is fenced once more,
+    and its next lookup is parked; a client that bypasses the lookup service comes straight back every time
+    and stops the switch at the timeout. Producers seen are added to `seen_producers` (geo mode's dedup
+    check needs every producer that may re-send)."""
     deadline = time.monotonic() + CLIENTS_GONE_TIMEOUT_S
     stats: dict[str, dict[str, Any]] = {}
+    refenced: dict[str, int] = {}
+    last_fence: dict[str, float] = {}
     pending = list(partitions)
     while True:
         stats.update(zip(pending, each_partition(admin, pending, topic_stats), strict=True))
         pending = [t for t in pending if clients_in(t, stats[t])]
         if not pending:
-            return stats
-        if time.monotonic() > deadline:
+            return stats, refenced
+        now = time.monotonic()
+        if now > deadline:
             clients = [c for t in pending for c in clients_in(t, stats[t])]
             raise SwitchError(f"{len(clients)} client(s) still connected to the source {CLIENTS_GONE_TIMEOUT_S:.0f}s "
                               f"after the unload (first: {clients[0]}): they bypass the lookup service")
+        again = [t for t in pending
+                 if refenced.get(t, 0) < MAX_REFENCES and now - last_fence.get(t, 0.0) >= REFENCE_GAP_S]
+        for topic in again:
+            log.warning("fence: %s connected after the unload: unloading %s again",
+                        "; ".join(clients_in(topic, stats[topic])), topic)
+            if seen_producers is not None:
+                named = {p["producerName"] for p in stats[topic].get("publishers") or [] if p.get("producerName")}
+                if named:
+                    seen_producers[topic] = sorted(named | set(seen_producers.get(topic, [])))
+            refenced[topic] = refenced.get(topic, 0) + 1
+            last_fence[topic] = now
+        each_partition(admin, again, lambda a, t: a.put(f"{a.topic_path(t)}/unload"))
         time.sleep(0.2)
 
 
