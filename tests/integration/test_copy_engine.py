@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 import pulsar
+import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import engine, posmap
-from pulsar_migration.replication.partition import PartitionJob, scan_copied_target
+from pulsar_migration.replication.partition import PartitionJob, average_message_bytes, scan_copied_target
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
@@ -163,5 +164,51 @@ def test_the_engines_read_back_leaves_out_dropped_resends_and_fails_on_a_message
         assert result.scan.hash != result.source_hash and result.scan.hash != part["target_hash"]
         written = posmap.engine_rows_table(str(tmp_path / "rows"), topic, -1).num_rows
         assert result.scan.rows == written == part["target_entries"]
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Entries of 128 KiB (eight 16 KiB messages) on four partitions at once, in an engine of 128 MB of heap: its
+    pending sends are bounded by bytes (the client's memory limit) and its readers' queues by the partition's
+    average message size, so it cannot hold the whole range (768 MB in 4 partitions once ran a 512 MB heap out)."""
+    tenant = unique("it-engine-heap")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    base = f"persistent://{tenant}/ns/big"
+    admin_a.put(f"/persistent/{tenant}/ns/big/partitions", 4)
+    c = client(cluster_a)
+    producer = c.create_producer(base, batching_max_messages=8, batching_max_publish_delay_ms=50,
+                                 block_if_queue_full=True, max_pending_messages=2000)
+    payload = bytes(range(256)) * 64
+    for i in range(12_000):  # 197 MB
+        producer.send_async(payload, None, partition_key=f"k{i}")
+    producer.flush()
+    c.close()
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        spec = MigrationSpec.load(str(spec_path))
+        jobs = []
+        for index in range(4):
+            topic = f"{base}-partition-{index}"
+            last = admin_a.get(f"{admin_a.topic_path(topic)}/lastMessageId")
+            queue = engine.receiver_queue_for(average_message_bytes(admin_a, topic))
+            assert queue < engine.RECEIVER_QUEUE
+            jobs.append(engine.EngineJob(topic, base, None, None, Position(last["ledgerId"], last["entryId"]),
+                                         rows_file=str(tmp_path / f"rows-{index}"), receiver_queue=queue))
+        monkeypatch.setenv("PM_ENGINE_JAVA_OPTIONS", "-Xmx128m")
+        results, _ = engine.copy_many(spec, jobs, spec.copy_max_in_flight)
+        copied = 0
+        for job in jobs:
+            result = results[job.topic]
+            assert isinstance(result, engine.EngineResult), result
+            assert result.scan is not None and result.scan.hash == result.source_hash
+            assert result.scan.shape_errors == 0 and result.scan.pairs_digest == result.receipts_digest
+            copied += result.copied_messages
+        assert copied == 12_000
     finally:
         cleanup(tenant, admin_a, admin_b)

@@ -109,3 +109,10 @@ def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tm
     short = PartitionOutcome(topic, "ns/x", 1, mapped_entries=3)  # the read-back reported a row more than written
     assert engine_rows_to_map("s3a://bucket/run", job, short) == [] and short.status == "failed"
     assert "wrote 2 map rows of 3" in (short.error or "")
+
+
+def test_readers_queues_hold_about_16_mib_whatever_the_message_size() -> None:
+    assert engine.receiver_queue_for(None) == engine.receiver_queue_for(0) == engine.RECEIVER_QUEUE
+    assert engine.receiver_queue_for(256) == engine.RECEIVER_QUEUE  # small messages: the count is the bound
+    assert engine.receiver_queue_for(16_384) == 1024
+    assert engine.receiver_queue_for(5_000_000) == engine.MIN_RECEIVER_QUEUE

@@ -45,6 +45,17 @@ LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
 # step from 19.5-19.8 to 23.9-24.0 MB/s (1 KiB batched and unbatched: within noise).
 JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:FreqInlineSize=100", "-XX:MaxInlineLevel=9")
 RECEIVER_QUEUE = 5000
+# A partition's readers (the copy's and the read-back's) hold at most about this many bytes of received entries
+# (direct memory): the queue is counted in messages, and 5000 of 16 KiB are 80 MB a reader, 8 readers per engine.
+RECEIVER_QUEUE_BYTES = 16 * 1024 * 1024
+MIN_RECEIVER_QUEUE = 100
+
+
+def receiver_queue_for(average_message_bytes: float | None) -> int:
+    """The readers' queue (messages) for a partition whose messages average `average_message_bytes`."""
+    if not average_message_bytes:
+        return RECEIVER_QUEUE
+    return max(MIN_RECEIVER_QUEUE, min(RECEIVER_QUEUE, int(RECEIVER_QUEUE_BYTES / average_message_bytes)))
 
 
 class EngineError(RuntimeError):
@@ -245,6 +256,7 @@ class EngineJob:
     upper: Position
     scan_after: Position | None = None
     rows_file: str | None = None
+    receiver_queue: int = RECEIVER_QUEUE
 
 
 class EngineProcess:
@@ -282,7 +294,7 @@ class EngineProcess:
         lines = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
                              "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                              "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
-                             "rows_file": j.rows_file} for j in jobs])
+                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue} for j in jobs])
         try:
             stdout, stderr = self._process.communicate(lines + "\n")
         except BrokenPipeError:  # it died before reading the jobs: its output says why

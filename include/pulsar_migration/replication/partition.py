@@ -37,6 +37,7 @@ from pulsar_migration.replication.engine import (
     EngineProcess,
     EngineResult,
     EngineScan,
+    receiver_queue_for,
 )
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
@@ -562,7 +563,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         log.warning("copy engine phase skipped", exc_info=True)
         process.abandon()
         return jobs
-    todo: dict[str, tuple[PartitionJob, Position | None]] = {}
+    todo: dict[str, tuple[PartitionJob, Position | None, int]] = {}
     try:
         def prepare(job: PartitionJob) -> None:
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), active.src_admin,
@@ -570,11 +571,10 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             try:
                 if job.upper is None or unchanged_since_map(task):
                     return
-                if spec.copy_engine == "auto":
-                    average = average_message_bytes(active.src_admin, job.topic)
-                    if average is not None and average > ENGINE_MAX_AVERAGE_MESSAGE_BYTES:
-                        return
-                todo[job.topic] = (job, resume_point(task))
+                average = average_message_bytes(active.src_admin, job.topic)
+                if spec.copy_engine == "auto" and average is not None and average > ENGINE_MAX_AVERAGE_MESSAGE_BYTES:
+                    return
+                todo[job.topic] = (job, resume_point(task), receiver_queue_for(average))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
@@ -588,8 +588,9 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         return jobs
     rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
-                      scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic))
-            for job, resume in todo.values() if job.upper is not None]
+                      scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
+                      receiver_queue=queue)
+            for job, resume, queue in todo.values() if job.upper is not None]
     try:
         results, timings = process.run(work)
     except EngineError as exc:

@@ -68,6 +68,9 @@ import org.apache.pulsar.common.schema.SchemaType;
 
 public final class EntryCopy {
     static final String SOURCE_TAG = "__pm_source";
+    // Pending sends of all partitions together block past this (heap copies of the entries, -Xmx512m): 256 MB ran
+    // a copy of four partitions of 128 KiB entries out of heap.
+    static final long CLIENT_MEMORY_MB = 64;
     static final String SOURCE_PUBLISH_TIME = "__pm_source_publish_time";
     static final String GEO_SOURCE = "__MSG_PROP_REPL_SOURCE_POSITION";
     static final int ENTRY_BITS = 24;
@@ -350,7 +353,7 @@ public final class EntryCopy {
     static PulsarClient client(JsonNode cluster, String tokenEnv) throws Exception {
         ClientBuilder builder = PulsarClient.builder().serviceUrl(cluster.get("service_url").asText())
                 .operationTimeout(30, TimeUnit.SECONDS).ioThreads(1).listenerThreads(1)
-                .memoryLimit(256, org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES);
+                .memoryLimit(CLIENT_MEMORY_MB, org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES);
         String token = System.getenv(tokenEnv);
         if (token != null && !token.isEmpty()) {
             builder.authentication(AuthenticationFactory.token(token));
@@ -419,7 +422,7 @@ public final class EntryCopy {
         this.resumeAfter = position(job.get("resume_after"));
         this.upper = position(job.get("upper"));
         this.maxInFlight = Math.max(1, common.get("max_in_flight").asInt());
-        this.receiverQueue = common.path("receiver_queue").asInt(5000);
+        this.receiverQueue = job.path("receiver_queue").asInt(common.path("receiver_queue").asInt(5000));
         this.inFlight = new Semaphore(maxInFlight);
         this.producerPrefix = "pm-copy-" + sha1Hex12(topic) + "-";
         this.scanWanted = job.path("scan").asBoolean(false);
@@ -670,12 +673,15 @@ public final class EntryCopy {
         long bytesBefore = source.bytes;
         if (batched) {
             ByteBuf batch = payload.duplicate();
-            if (sendIt) {
-                body = io.netty.buffer.Unpooled.buffer(payload.readableBytes() + count * 64);  // heap: sent as is
-            }
-            SingleMessageMetadata single = new SingleMessageMetadata();  // parsing clears it: one per entry
             String tagPrefix = pos + ":";
             String tagSuffix = ":" + count;
+            if (sendIt) {
+                // Heap, sent as is, sized for the two added properties so that it never grows: a guess too small
+                // (64 bytes a message did) copied every batch into an array of twice its size.
+                body = io.netty.buffer.Unpooled.buffer(payload.readableBytes() + count * addedBytesPerMessage(
+                        tagPrefix.length() + String.valueOf(count).length() + tagSuffix.length(), publishTime));
+            }
+            SingleMessageMetadata single = new SingleMessageMetadata();  // parsing clears it: one per entry
             for (int i = 0; i < count; i++) {
                 ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, count);
                 try {
@@ -740,6 +746,12 @@ public final class EntryCopy {
             }
         });
         return true;
+    }
+
+    /** An upper bound of what the two added properties add to one message of a batch (each a KeyValue of two
+     * strings: at most 3 tag-and-length bytes per field and per pair for the sizes at hand). */
+    static int addedBytesPerMessage(int tagLength, String publishTime) {
+        return 2 * 9 + SOURCE_TAG.length() + tagLength + SOURCE_PUBLISH_TIME.length() + publishTime.length();
     }
 
     Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion) throws Exception {
@@ -1001,7 +1013,8 @@ public final class EntryCopy {
 
     /**
      * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
-     * "receiver_queue", "threads"}, then [{"topic", "base_topic", "after", "resume_after", "upper"}, ...]. Every job
+     * "receiver_queue", "threads"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
+     * ...] (a job's receiver_queue, in messages, overrides the common one). Every job
      * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
      * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
      */
