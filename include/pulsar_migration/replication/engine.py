@@ -43,7 +43,10 @@ LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
 # compiling is most of the engine's CPU on a 192 MB copy (5.8 of 8.6 s measured, -XX:+CITime): smaller inlining
 # took a standalone copy's CPU from 8.1-8.8 s to 6.6-7.1 s and, two runs each on 2 busy cores, the 256 B batched
 # step from 19.5-19.8 to 23.9-24.0 MB/s (1 KiB batched and unbatched: within noise).
-JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:FreqInlineSize=100", "-XX:MaxInlineLevel=9")
+# Direct memory (the readers' queues, two readers per partition copied) is set apart from the heap's size: the
+# client falls back to heap buffers when it runs out.
+JVM_OPTIONS = ("-Xmx512m", "-XX:MaxDirectMemorySize=1g", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:FreqInlineSize=100",
+               "-XX:MaxInlineLevel=9")
 RECEIVER_QUEUE = 5000
 # A partition's readers (the copy's and the read-back's) hold at most about this many bytes of received entries
 # (direct memory): the queue is counted in messages, and 5000 of 16 KiB are 80 MB a reader, 8 readers per engine.
@@ -64,7 +67,7 @@ class EngineError(RuntimeError):
 
 @dataclass(frozen=True)
 class EngineScan:
-    """The engine's read-back of the target after its copy (partition.scan_copied_target in Java): the content
+    """The engine's read-back of the target, alongside its copy (partition.scan_copied_target in Java): the content
     hash and counts of everything after the map's last target entry, the digest of the (source, target) pairs it
     sent and got receipts for, the entry-shape errors, and the map rows in `rows_file` (ROW_FIELDS, big-endian
     int64 each)."""
@@ -78,7 +81,8 @@ class EngineScan:
     shape_errors: int
     first_shape_errors: tuple[str, ...]
     rows: int
-    scan_s: float
+    scan_s: float  # what the read-back added after the copy (it runs alongside it)
+    busy_s: float = 0.0  # the read-back's whole time
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineScan | None:
@@ -86,7 +90,7 @@ class EngineScan:
             return None
         return cls(data["messages"], data["entries"], data["bytes"], data["hash"], data["pairs"],
                    data["pairs_digest"], data["shape_errors"], tuple(data["first_shape_errors"]), data["rows"],
-                   data.get("scan_ms", 0) / 1000)
+                   data.get("scan_ms", 0) / 1000, data.get("scan_busy_ms", 0) / 1000)
 
 
 # One map row of the engine's rows file: nine big-endian int64 (read by posmap.engine_rows_table).
@@ -114,6 +118,7 @@ class EngineResult:
     copy_s: float = 0.0  # this partition's copy inside the engine (its process start and clients not included)
     read_wait_s: float = 0.0  # of which its copy thread waited for the source, then for the target's receipts
     send_wait_s: float = 0.0
+    read_back_wait_s: float = 0.0  # the copy held back for its read-back to keep up (reads from the broker's cache)
     scan: EngineScan | None = None  # None: not asked for, or left to the Python path
 
     @classmethod
@@ -122,12 +127,14 @@ class EngineResult:
             ledger, entry = text.split(":")
             return Position(int(ledger), int(entry))
 
-        derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "scan")
+        derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
+                   "scan")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
                    copy_s=data.get("copy_ms", 0) / 1000, read_wait_s=data.get("read_wait_ms", 0) / 1000,
                    send_wait_s=data.get("send_wait_ms", 0) / 1000,
+                   read_back_wait_s=data.get("read_back_wait_ms", 0) / 1000,
                    scan=EngineScan.parse(data["scan"]) if data.get("scan") else None)
 
 

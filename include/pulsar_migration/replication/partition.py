@@ -671,7 +671,9 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.copy_engine = "java"
     outcome.engine_times = {**done.process, "process_s": done.copy_s, "partition_copy_s": result.copy_s,
                             "read_wait_s": result.read_wait_s, "send_wait_s": result.send_wait_s,
-                            "partition_scan_s": result.scan.scan_s if result.scan else None}
+                            "read_back_wait_s": result.read_back_wait_s,
+                            "partition_scan_s": result.scan.scan_s if result.scan else None,
+                            "partition_scan_busy_s": result.scan.busy_s if result.scan else None}
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
