@@ -583,56 +583,96 @@ public final class EntryCopy {
     }
 
     /**
-     * Hands the entries in (after, upper] to `handler`, in order, once each (a reconnect starts again from the
-     * first entry: what was taken is dropped). A range whose end is gone (the topic deleted or truncated meanwhile)
-     * or a read that stalls is an error naming `what`.
+     * Hands the entries in (after, upper] to `handler`, in order, once each (EntryRange). A range whose end is gone
+     * (the topic deleted or truncated meanwhile) or a read that stalls is an error naming `what`.
      */
     void readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler)
             throws Exception {
+        EntryRange range = new EntryRange(consumer, after, what, "this run's bound ");
+        range.endAt(upper);
+        while (true) {
+            failIfSendFailed();
+            long waitStart = System.nanoTime();
+            Raw raw = range.next(200);
+            readWaitNanos += System.nanoTime() - waitStart;
+            if (raw == EntryRange.PAST_END) {
+                return;
+            }
+            if (raw != null && range.take(raw, handler)) {
+                return;
+            }
+        }
+    }
+
+    /**
+     * One reading of the entries after `after`, in order and once each: a reconnect starts again from the first
+     * entry, and what was taken is dropped. Up to `end` once it is known (the read-back learns it when its copy
+     * ends); while it is known, an idle read checks that the topic still reaches it and fails on a stall.
+     */
+    static final class EntryRange {
+        static final Raw PAST_END = new Raw(-1, -1, null, null, 0);
+        final EntryConsumer consumer;
+        final long[] after;
+        final String what;
+        final String endName;
+        long[] end;
         long lastLedger = -1;
         long lastEntry = -1;
         long idleSince = System.currentTimeMillis();
         long checkedAt = idleSince;
-        while (true) {
-            failIfSendFailed();
-            long waitStart = System.nanoTime();
-            Raw raw = consumer.entries.poll(200, TimeUnit.MILLISECONDS);
-            readWaitNanos += System.nanoTime() - waitStart;
+
+        EntryRange(EntryConsumer consumer, long[] after, String what, String endName) {
+            this.consumer = consumer;
+            this.after = after;
+            this.what = what;
+            this.endName = endName;
+        }
+
+        /** Ends the range at `end` from now on; true when nothing of it is left to read. */
+        boolean endAt(long[] end) {
+            this.end = end;
+            idleSince = checkedAt = System.currentTimeMillis();
+            return after != null && compare(after[0], after[1], end[0], end[1]) >= 0
+                    || lastLedger >= 0 && compare(lastLedger, lastEntry, end[0], end[1]) >= 0;
+        }
+
+        /** The next entry to take (the caller releases it), PAST_END, or null (an idle poll, a repeat dropped). */
+        Raw next(long pollMs) throws Exception {
+            Raw raw = consumer.entries.poll(pollMs, TimeUnit.MILLISECONDS);
+            long now = System.currentTimeMillis();
             if (raw == null) {
-                long now = System.currentTimeMillis();
-                if (now - checkedAt > IDLE_CHECK_MS) {
+                if (end != null && now - checkedAt > IDLE_CHECK_MS) {
                     checkedAt = now;
                     MessageIdImpl last = lastMessageId(consumer);
-                    if (compare(last.getLedgerId(), last.getEntryId(), upper[0], upper[1]) < 0) {
-                        throw new IllegalStateException(what + " ends before this run's bound " + upper[0] + ":"
-                                + upper[1] + ": it was deleted or truncated during the run");
+                    if (compare(last.getLedgerId(), last.getEntryId(), end[0], end[1]) < 0) {
+                        throw new IllegalStateException(what + " ends before " + endName + end[0] + ":" + end[1]
+                                + ": it was deleted or truncated during the run");
                     }
                 }
-                if (now - idleSince > STALL_LIMIT_MS) {
+                if (end != null && now - idleSince > STALL_LIMIT_MS) {
                     throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
                 }
-                continue;
+                return null;
             }
-            idleSince = checkedAt = System.currentTimeMillis();
+            idleSince = checkedAt = now;
+            consumer.consumed(raw);
+            boolean repeated = lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0
+                    || after != null && compare(raw.ledger(), raw.entry(), after[0], after[1]) <= 0;
+            boolean pastEnd = end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) > 0;
+            if (repeated || pastEnd) {
+                raw.data().release();
+                return pastEnd && !repeated ? PAST_END : null;
+            }
+            lastLedger = raw.ledger();
+            lastEntry = raw.entry();
+            return raw;
+        }
+
+        /** Hands `raw` from next() to `handler` and releases it; true when the reading ends there (the handler
+         * said so, or it was the end). */
+        boolean take(Raw raw, EntryHandler handler) throws Exception {
             try {
-                consumer.consumed(raw);
-                if (lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0) {
-                    continue;
-                }
-                if (after != null && compare(raw.ledger(), raw.entry(), after[0], after[1]) <= 0) {
-                    continue;
-                }
-                if (compare(raw.ledger(), raw.entry(), upper[0], upper[1]) > 0) {
-                    return;
-                }
-                lastLedger = raw.ledger();
-                lastEntry = raw.entry();
-                if (!handler.accept(raw)) {
-                    return;
-                }
-                if (compare(raw.ledger(), raw.entry(), upper[0], upper[1]) >= 0) {
-                    return;
-                }
+                return !handler.accept(raw) || end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) >= 0;
             } finally {
                 raw.data().release();
             }
@@ -971,65 +1011,25 @@ public final class EntryCopy {
          * placed (the Python path reads it then), or null.
          */
         String read(EntryConsumer consumer, long[] after) throws Exception {
-            long[] end = null;
-            long lastLedger = -1;
-            long lastEntry = -1;
-            long idleSince = System.currentTimeMillis();
-            long checkedAt = idleSince;
-            String what = copy.topic + " on the target";
+            EntryRange range = new EntryRange(consumer, after, copy.topic + " on the target", "");
             while (!cancelled) {
-                if (end == null && copyDone) {
+                if (range.end == null && copyDone) {
                     MessageIdImpl last = lastMessageId(consumer);
-                    end = new long[] {last.getLedgerId(), last.getEntryId()};
+                    long[] end = {last.getLedgerId(), last.getEntryId()};
                     if (end[0] < 0 || end[1] < 0) {
                         // An empty ledger last (a new topic, a roll-over): where the range ends is not known here.
                         return "end " + end[0] + ":" + end[1];
                     }
-                    if (after != null && compare(after[0], after[1], end[0], end[1]) >= 0
-                            || lastLedger >= 0 && compare(lastLedger, lastEntry, end[0], end[1]) >= 0) {
+                    if (range.endAt(end)) {
                         return null;
                     }
-                    idleSince = checkedAt = System.currentTimeMillis();
                 }
-                Raw raw = consumer.entries.poll(50, TimeUnit.MILLISECONDS);
-                if (raw == null) {
-                    long now = System.currentTimeMillis();
-                    if (end != null && now - checkedAt > IDLE_CHECK_MS) {
-                        checkedAt = now;
-                        MessageIdImpl last = lastMessageId(consumer);
-                        if (compare(last.getLedgerId(), last.getEntryId(), end[0], end[1]) < 0) {
-                            throw new IllegalStateException(what + " ends before " + end[0] + ":" + end[1]
-                                    + ": it was deleted or truncated during the run");
-                        }
-                    }
-                    if (end != null && now - idleSince > STALL_LIMIT_MS) {
-                        throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000
-                                + "s");
-                    }
-                    continue;
+                Raw raw = range.next(50);
+                if (raw == EntryRange.PAST_END) {
+                    return null;
                 }
-                idleSince = checkedAt = System.currentTimeMillis();
-                try {
-                    consumer.consumed(raw);
-                    if (lastLedger >= 0 && compare(raw.ledger(), raw.entry(), lastLedger, lastEntry) <= 0) {
-                        continue;
-                    }
-                    if (after != null && compare(raw.ledger(), raw.entry(), after[0], after[1]) <= 0) {
-                        continue;
-                    }
-                    if (end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) > 0) {
-                        return null;
-                    }
-                    lastLedger = raw.ledger();
-                    lastEntry = raw.entry();
-                    if (!entry(raw)) {
-                        return null;  // fallbackAt: a chunked or encrypted entry
-                    }
-                    if (end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) >= 0) {
-                        return null;
-                    }
-                } finally {
-                    raw.data().release();
+                if (raw != null && range.take(raw, this::entry)) {
+                    return null;  // the end, or fallbackAt: a chunked or encrypted entry
                 }
             }
             return null;
