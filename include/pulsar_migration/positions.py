@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from functools import total_ordering
 from typing import Any
 
-# Sequence ids pack (ledger, entry) into one increasing 63-bit number: 24 bits of entry id (brokers roll
-# ledgers far earlier: managedLedgerMaxEntriesPerLedger defaults to 50,000) and 39 bits of ledger id.
+# Sequence ids pack (ledger, entry) into one increasing number below 2^63 (a signed 64-bit id): 24 bits of entry id
+# (brokers roll ledgers far earlier: managedLedgerMaxEntriesPerLedger defaults to 50,000) and 38 bits of ledger id.
+# 39 bits filled all 63, and the +1 that keeps 0 out took the very last position to 2^63 (found by hypothesis).
 ENTRY_BITS = 24
-LEDGER_BITS = 39
+LEDGER_BITS = 38
 MAX_ENTRY = (1 << ENTRY_BITS) - 1
 MAX_LEDGER = (1 << LEDGER_BITS) - 1
 
