@@ -116,3 +116,50 @@ def test_readers_queues_hold_about_16_mib_whatever_the_message_size() -> None:
     assert engine.receiver_queue_for(256) == engine.RECEIVER_QUEUE  # small messages: the count is the bound
     assert engine.receiver_queue_for(16_384) == 1024
     assert engine.receiver_queue_for(5_000_000) == engine.MIN_RECEIVER_QUEUE
+
+
+SEQUENCE_PROBE = """
+package org.apache.pulsar.client.impl;
+
+public final class SequenceProbe {
+    public static void main(String[] args) {
+        for (int i = 0; i < args.length; i += 2) {
+            try {
+                System.out.println(EntryCopy.sequenceId(Long.parseLong(args[i]), Long.parseLong(args[i + 1])));
+            } catch (IllegalStateException e) {
+                System.out.println("refused");
+            }
+        }
+    }
+}
+"""
+
+
+def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_positions(
+        tmp_path: Path) -> None:
+    """Either path's re-send must be dropped by the other's deduplication, so both derive the same sequence id
+    from a position; both refuse the positions the 63 bits cannot hold (a real javac and JVM)."""
+    import subprocess
+
+    from pulsar_migration.positions import MAX_ENTRY, MAX_LEDGER, PositionError, sequence_id
+
+    if engine.unavailable_reason() is not None:
+        pytest.skip(engine.unavailable_reason())
+    lib = engine.pulsar_lib()
+    assert lib is not None
+    classpath = engine._classpath(engine.compiled(lib).jar, lib)
+    source = tmp_path / "SequenceProbe.java"
+    source.write_text(SEQUENCE_PROBE)
+    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(tmp_path), str(source)], check=True)
+    cases = [(0, 0), (1, 0), (7, 3), (MAX_LEDGER, MAX_ENTRY), (MAX_LEDGER + 1, 0), (0, MAX_ENTRY + 1), (-1, 0)]
+    answer = subprocess.run(["java", "-cp", f"{tmp_path}:{classpath}", "org.apache.pulsar.client.impl.SequenceProbe",
+                             *[str(n) for case in cases for n in case]], capture_output=True, text=True, check=True)
+
+    def python(ledger: int, entry: int) -> str:
+        try:
+            return str(sequence_id(Position(ledger, entry)))
+        except PositionError:
+            return "refused"
+
+    assert answer.stdout.split() == [python(*case) for case in cases]
+    assert answer.stdout.split()[3] == str(2**62) and answer.stdout.split()[4:] == ["refused"] * 3

@@ -79,6 +79,7 @@ public final class EntryCopy {
     static final String SOURCE_PUBLISH_TIME = "__pm_source_publish_time";
     static final String GEO_SOURCE = "__MSG_PROP_REPL_SOURCE_POSITION";
     static final int ENTRY_BITS = 24;
+    static final int LEDGER_BITS = 38;  // as positions.LEDGER_BITS: 39 would take the last position past 2^63 - 1
     static final long SEND_TIMEOUT_MS = 30_000;
     static final long IDLE_CHECK_MS = 5_000;
     static final long STALL_LIMIT_MS = 60_000;
@@ -344,7 +345,12 @@ public final class EntryCopy {
                 ? ByteBuffer.wrap(md.getSchemaVersion()).getLong() : -1;
     }
 
+    /** As positions.sequence_id: increasing with the position, never 0, and in range or refused. */
     static long sequenceId(long ledger, long entry) {
+        if (ledger < 0 || ledger >= (1L << LEDGER_BITS) || entry < 0 || entry >= (1L << ENTRY_BITS)) {
+            throw new IllegalStateException("position " + ledger + ":" + entry + " is outside the sequence-id "
+                    + "encoding (ledger < 2^" + LEDGER_BITS + ", entry < 2^" + ENTRY_BITS + ")");
+        }
         return ((ledger << ENTRY_BITS) | entry) + 1;
     }
 
