@@ -71,6 +71,9 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms"}
     assert json.dumps(timings)  # plain numbers
     assert os.environ.get("PM_SOURCE_TOKEN") is None  # nothing leaked into this process
+    # The archive is valid for the class path the engine starts with: -Xshare:on refuses to start otherwise.
+    monkeypatch.setenv("PM_ENGINE_JAVA_OPTIONS", "-Xshare:on")
+    assert engine.copy_many(spec_with({}), [], max_in_flight=10)[1], "the class archive was not used"
 
 
 def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tmp_path: Path) -> None:

@@ -223,20 +223,22 @@ def _build(lib: Path, target: Path) -> None:
         subprocess.run([jar, "cf", str(staging / "engine.jar"), "-C", str(classes), "."], check=True,
                        capture_output=True)
         shutil.rmtree(classes)
-        # The training start builds both clients (no connection is made), gets no job line and ends normally so
-        # the archive is written; without an archive the engine only starts slower.
-        training = {"source_name": "a", "target_name": "b", "max_in_flight": 1,
-                    "source": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"},
-                    "target": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"}}
-        subprocess.run(["java", *JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={staging / 'engine.jsa'}",
-                        f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", _classpath(staging / "engine.jar", lib),
-                        ENGINE_CLASS], input=json.dumps(training), capture_output=True, text=True,
-                       env={**os.environ, "PM_ENGINE_EXIT_NORMALLY": "1"}, timeout=120)
-        (staging / "done").touch()
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    # The archive records the class path it was made with and is ignored under any other: it is made from the jar
+    # where it stays (made in the staging directory, it named a jar that no longer existed and was never used).
+    # The training start builds both clients (no connection is made), gets no job line and ends normally so the
+    # archive is written; without an archive the engine only starts slower.
+    training = {"source_name": "a", "target_name": "b", "max_in_flight": 1,
+                "source": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"},
+                "target": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"}}
+    subprocess.run(["java", *JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={target / 'engine.jsa'}",
+                    f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", _classpath(target / "engine.jar", lib),
+                    ENGINE_CLASS], input=json.dumps(training), capture_output=True, text=True,
+                   env={**os.environ, "PM_ENGINE_EXIT_NORMALLY": "1"}, timeout=120)
+    (target / "done").touch()
 
 
 def _classpath(jar: Path, lib: Path) -> str:
