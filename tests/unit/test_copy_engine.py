@@ -121,6 +121,24 @@ def test_readers_queues_hold_about_16_mib_whatever_the_message_size() -> None:
     assert engine.receiver_queue_for(5_000_000) == engine.MIN_RECEIVER_QUEUE
 
 
+PAIR_PROBE = """
+package org.apache.pulsar.client.impl;
+
+public final class PairProbe {
+    public static void main(String[] args) {
+        EntryCopy.PairDigest digest = new EntryCopy.PairDigest();
+        for (int i = 0; i < args.length; i += 3) {
+            if (args[i].equals("add")) {
+                digest.add(args[i + 1], args[i + 2]);
+            } else {
+                digest.remove(args[i + 1], args[i + 2]);
+            }
+        }
+        System.out.println(digest.hex() + " " + digest.count);
+    }
+}
+"""
+
 SEQUENCE_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -138,25 +156,30 @@ public final class SequenceProbe {
 """
 
 
-def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_positions(
-        tmp_path: Path) -> None:
-    """Either path's re-send must be dropped by the other's deduplication, so both derive the same sequence id
-    from a position; both refuse the positions the 63 bits cannot hold (a real javac and JVM)."""
+def run_probe(tmp_path: Path, name: str, source_text: str, args: list[str]) -> str:
+    """Compiles `source_text` (class `name` in the engine's package) against the engine jar and runs it."""
     import subprocess
-
-    from pulsar_migration.positions import MAX_ENTRY, MAX_LEDGER, PositionError, sequence_id
 
     if engine.unavailable_reason() is not None:
         pytest.skip(engine.unavailable_reason())
     lib = engine.pulsar_lib()
     assert lib is not None
     classpath = engine._classpath(engine.compiled(lib).jar, lib)
-    source = tmp_path / "SequenceProbe.java"
-    source.write_text(SEQUENCE_PROBE)
+    source = tmp_path / f"{name}.java"
+    source.write_text(source_text)
     subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(tmp_path), str(source)], check=True)
+    return subprocess.run(["java", "-cp", f"{tmp_path}:{classpath}", f"org.apache.pulsar.client.impl.{name}", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_positions(
+        tmp_path: Path) -> None:
+    """Either path's re-send must be dropped by the other's deduplication, so both derive the same sequence id
+    from a position; both refuse the positions the 63 bits cannot hold (a real javac and JVM)."""
+    from pulsar_migration.positions import MAX_ENTRY, MAX_LEDGER, PositionError, sequence_id
+
     cases = [(0, 0), (1, 0), (7, 3), (MAX_LEDGER, MAX_ENTRY), (MAX_LEDGER + 1, 0), (0, MAX_ENTRY + 1), (-1, 0)]
-    answer = subprocess.run(["java", "-cp", f"{tmp_path}:{classpath}", "org.apache.pulsar.client.impl.SequenceProbe",
-                             *[str(n) for case in cases for n in case]], capture_output=True, text=True, check=True)
+    stdout = run_probe(tmp_path, "SequenceProbe", SEQUENCE_PROBE, [str(n) for case in cases for n in case])
 
     def python(ledger: int, entry: int) -> str:
         try:
@@ -164,5 +187,27 @@ def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_
         except PositionError:
             return "refused"
 
-    assert answer.stdout.split() == [python(*case) for case in cases]
-    assert answer.stdout.split()[3] == str(2**62) and answer.stdout.split()[4:] == ["refused"] * 3
+    assert stdout.split() == [python(*case) for case in cases]
+    assert stdout.split()[3] == str(2**62) and stdout.split()[4:] == ["refused"] * 3
+
+
+def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addition(tmp_path: Path) -> None:
+    """The engine's receipts digest is compared with the Python read-back's: the same sums mod 2^256, carries
+    across all four words, and a removal (a re-send the target dropped) exactly undoing its addition."""
+    import random
+
+    from pulsar_migration.replication.content import PairDigest
+
+    rng = random.Random(7)
+    pairs = [(f"{rng.randrange(1 << 40)}:{rng.randrange(1 << 20)}", f"{rng.randrange(1 << 40)}:{rng.randrange(9)}")
+             for _ in range(300)]
+    removed = pairs[::3]
+    args = [word for s, t in pairs for word in ("add", s, t)] + [word for s, t in removed for word in ("remove", s, t)]
+    expected = PairDigest()
+    for s, t in pairs:
+        if (s, t) not in removed:
+            expected.add(s, t)
+    assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, args).split() == [expected.hexdigest, str(expected.count)]
+    # Removing everything leaves zero: the subtraction borrows across every word.
+    everything = args + [word for s, t in pairs if (s, t) not in removed for word in ("remove", s, t)]
+    assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, everything).split() == ["0" * 64, "0"]
