@@ -214,3 +214,54 @@ def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
         assert copied == 12_000
     finally:
         cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map_it(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh build (its own cache directory) has only the training archive; the first copy records the classes a
+    real copy loads at its exit, frees its claim, and a later start maps that archive (-Xshare:on refuses to start
+    on an archive that does not fit). The copy itself is judged as always."""
+    lib = engine.pulsar_lib()
+    assert lib is not None
+    monkeypatch.setenv("PULSAR_HOME", str(lib.parent))
+    monkeypatch.setenv("PM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PM_ENGINE_JAVA_OPTIONS", raising=False)
+    tenant = unique("it-engine-cds")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(f"/persistent/{tenant}/ns/t")
+    c = client(cluster_a)
+    producer = c.create_producer(topic, batching_max_messages=10, block_if_queue_full=True)
+    for i in range(200):
+        producer.send_async(f"m-{i}".encode(), None)
+    producer.flush()
+    c.close()
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        spec = MigrationSpec.load(str(spec_path))
+        build = engine.compiled(lib)
+        assert build.archive is not None and build.archive.name == "engine.jsa"
+        last = admin_a.get(f"{admin_a.topic_path(topic)}/lastMessageId")
+        upper = Position(last["ledgerId"], last["entryId"])
+        job = engine.EngineJob(topic, topic, None, None, upper, rows_file=str(tmp_path / "rows"))
+        results, _ = engine.copy_many(spec, [job], spec.copy_max_in_flight)
+        result = results[topic]
+        assert isinstance(result, engine.EngineResult), result
+        assert result.copied_messages == 200 and result.scan is not None and result.scan.hash == result.source_hash
+        directory = build.jar.parent
+        assert (directory / engine.FULL_ARCHIVE).is_file()
+        assert sorted(p.name for p in directory.iterdir()) == ["done", "engine-full.jsa", "engine.jar", "engine.jsa"]
+        assert engine.compiled(lib).archive == directory / engine.FULL_ARCHIVE
+        monkeypatch.setenv("PM_ENGINE_JAVA_OPTIONS", "-Xshare:on")
+        again = engine.EngineJob(topic, topic, None, upper, upper)  # everything is there: hashed, nothing sent
+        results, timings = engine.copy_many(spec, [again], spec.copy_max_in_flight)
+        assert timings, "the full class archive was not used"
+        rerun = results[topic]
+        assert isinstance(rerun, engine.EngineResult), rerun
+        assert rerun.copied_messages == 0 and rerun.source_hash == result.source_hash
+    finally:
+        cleanup(tenant, admin_a, admin_b)

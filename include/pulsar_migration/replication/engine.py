@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,13 @@ def wanted(spec: MigrationSpec) -> bool:
     return False
 
 
+# The class archive a real copy records at its exit (FullArchive): what a start without a broker cannot load.
+FULL_ARCHIVE = "engine-full.jsa"
+FULL_ARCHIVE_CLAIM = "engine-full.claim"
+# A claim this old is a recorder's that was killed before its exit: the next start records instead.
+STALE_CLAIM_S = 600
+
+
 @dataclass(frozen=True)
 class Build:
     """The compiled engine: its jar and, when one could be made, a class archive that halves its start-up."""
@@ -191,6 +199,52 @@ class Build:
 
     def java_options(self) -> list[str]:
         return [f"-XX:SharedArchiveFile={self.archive}"] if self.archive else []
+
+    def claim_full_archive(self) -> FullArchive | None:
+        """The training start builds both clients but connects nowhere, so ~1,700 classes a real copy needs
+        (connections, lookups, producers, consumers, the pair and content hashes) load from the jars at every
+        start. The first real start after a build, alone, records them all at its exit (it starts a little slower
+        and its exit takes a few seconds); later starts map that archive. None: recorded, or being recorded."""
+        directory = self.jar.parent
+        if (directory / FULL_ARCHIVE).exists():
+            return None
+        claim = directory / FULL_ARCHIVE_CLAIM
+        for _ in range(2):
+            try:
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                return FullArchive(directory / FULL_ARCHIVE, claim,
+                                   directory / f"{FULL_ARCHIVE}.{os.getpid()}.{os.urandom(4).hex()}")
+            except FileExistsError:
+                try:
+                    if time.time() - claim.stat().st_mtime < STALE_CLAIM_S:
+                        return None
+                    claim.unlink()
+                except OSError:
+                    return None
+        return None
+
+
+@dataclass(frozen=True)
+class FullArchive:
+    """A claimed recording of the full class archive: written to `partial` at the JVM's exit, then moved."""
+
+    final: Path
+    claim: Path
+    partial: Path
+
+    def java_options(self) -> list[str]:
+        # A dynamic archive is recorded on top of the JDK's base archive, so the training archive stays out.
+        return [f"-XX:ArchiveClassesAtExit={self.partial}"]
+
+    def settle(self, recorded: bool) -> None:
+        """Keeps the recording when the engine exited normally after its jobs; frees the claim either way."""
+        try:
+            if recorded and self.partial.exists():
+                self.partial.rename(self.final)
+                log.info("copy engine: recorded the full class archive %s", self.final)
+        finally:
+            self.partial.unlink(missing_ok=True)
+            self.claim.unlink(missing_ok=True)
 
 
 def compiled(lib: Path) -> Build:
@@ -206,8 +260,8 @@ def compiled(lib: Path) -> Build:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target / "done").exists():
                 _build(lib, target)
-    archive = target / "engine.jsa"
-    return Build(target / "engine.jar", archive if archive.exists() else None)
+    archive = next((a for a in (target / FULL_ARCHIVE, target / "engine.jsa") if a.exists()), None)
+    return Build(target / "engine.jar", archive)
 
 
 def _build(lib: Path, target: Path) -> None:
@@ -289,7 +343,11 @@ class EngineProcess:
             if token:
                 env[name] = token
         extra = os.environ.get("PM_ENGINE_JAVA_OPTIONS", "").split()  # e.g. a larger heap, a flight recording
-        command = ["java", *JVM_OPTIONS, *build.java_options(), *extra, f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        self._recording = None if extra else build.claim_full_archive()
+        archive = self._recording.java_options() if self._recording else build.java_options()
+        if self._recording:
+            env["PM_ENGINE_EXIT_NORMALLY"] = "1"  # the archive is written by a normal exit, not a halt
+        command = ["java", *JVM_OPTIONS, *archive, *extra, f"-Dlog4j2.configurationFile={LOG_CONFIG}",
                    "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
@@ -308,6 +366,8 @@ class EngineProcess:
             stdout, stderr = self._process.communicate(lines + "\n")
         except BrokenPipeError:  # it died before reading the jobs: its output says why
             stdout, stderr = self._process.communicate()
+        if self._recording:
+            self._recording.settle(bool(jobs) and self._process.returncode == 0)
         results: dict[str, EngineResult | str] = {}
         timings: dict[str, Any] = {}
         for line in stdout.splitlines():
@@ -328,6 +388,8 @@ class EngineProcess:
         """Stops a process that got no jobs."""
         self._process.kill()
         self._process.communicate()
+        if self._recording:
+            self._recording.settle(False)
 
 
 def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,

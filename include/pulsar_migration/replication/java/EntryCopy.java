@@ -124,7 +124,9 @@ public final class EntryCopy {
 
     /** Schemas of the source topic by version (as the Python path registers them: type, name, definition). */
     static final class SchemaLookup {
-        final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+        // Made at the first lookup: most topics have no schema, and a client costs a selector thread, an SSL
+        // context and ~600 classes loaded while the copy starts.
+        HttpClient http;
         final String url;
         final String token;
         final String name;
@@ -142,6 +144,9 @@ public final class EntryCopy {
         Schema<byte[]> of(long version) throws Exception {
             Schema<byte[]> schema = cache.get(version);
             if (schema == null) {
+                if (http == null) {
+                    http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+                }
                 HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + version))
                         .timeout(Duration.ofSeconds(30)).GET();
                 if (token != null) {
