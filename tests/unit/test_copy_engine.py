@@ -139,6 +139,20 @@ public final class PairProbe {
 }
 """
 
+TAG_PROBE = """
+package org.apache.pulsar.client.impl;
+
+public final class TagProbe {
+    public static void main(String[] args) {
+        for (String text : args) {
+            EntryCopy.Tag tag = EntryCopy.Tag.parse(text);
+            System.out.println(tag == null ? "none" : tag.ledger() + "," + tag.entry() + "," + tag.index() + ","
+                    + tag.size());
+        }
+    }
+}
+"""
+
 SEQUENCE_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -211,3 +225,18 @@ def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addit
     # Removing everything leaves zero: the subtraction borrows across every word.
     everything = args + [word for s, t in pairs if (s, t) not in removed for word in ("remove", s, t)]
     assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, everything).split() == ["0" * 64, "0"]
+
+
+def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tmp_path: Path) -> None:
+    """The read-back judges entry shapes by each message's source tag (positions.SourceTag): four numbers, the
+    index -1 for an unbatched message; a chunked message's longer tag and anything malformed are no tag."""
+    from pulsar_migration.positions import SourceTag
+
+    written = [SourceTag(Position(12, 3), 5, 10), SourceTag(Position(2**38 - 1, 2**24 - 1), -1, 0),
+               SourceTag(Position(0, 0), 0, 1)]
+    texts = [t.encode() for t in written]
+    malformed = ["", "1:2:3", "1:2:3:4:5", "a:2:3:4", "1::3:4", "1:2:3:", "1:2:3:4x", "1:2:--3:4", "1:2:3-:4",
+                 "99999999999999999999:1:0:1", "1:2:4294967296:1"]
+    stdout = run_probe(tmp_path, "TagProbe", TAG_PROBE, texts + malformed).split()
+    assert stdout[:3] == [f"{t.position.ledger},{t.position.entry},{t.batch_index},{t.batch_size}" for t in written]
+    assert stdout[3:] == ["none"] * len(malformed)

@@ -199,14 +199,17 @@ public final class EntryCopy {
     /** Order-sensitive content hash, as pulsar_migration.replication.content.ContentHash. */
     static final class ContentHash {
         final MessageDigest sha = sha256();
-        byte[] chain = new byte[32];
+        final byte[] chain = new byte[32];
         long messages;
         long entries;
         long bytes;
 
-        private final byte[] length4 = new byte[4];
-        private final byte[] tail17 = new byte[17];
-        private byte[] scratch = new byte[64 * 1024];
+        // One message's canonical bytes are laid out here and hashed in one update, and the chain's link (the
+        // previous chain, then the message's digest) in another, into arrays kept: not ten small updates and two
+        // new digest arrays a message.
+        private byte[] canonical = new byte[64 * 1024];
+        private int length;
+        private final byte[] link = new byte[64];
         private final StringBuilder text = new StringBuilder();
 
         /** One message of a batch; `hashedVersion` as hashedVersion() gives it for the entry. */
@@ -230,29 +233,51 @@ public final class EntryCopy {
 
         void add(byte[] partitionKey, byte[] orderingKey, ByteBuf payload, List<KeyValue> properties,
                  long eventTime, long schemaVersion, boolean nullValue) {
-            sha.reset();
+            int size = payload.readableBytes();
+            byte[] props = propertiesText(properties);
+            int need = 16 + partitionKey.length + orderingKey.length + size + props.length + 17;
+            if (canonical.length < need) {
+                canonical = new byte[Math.max(need, 2 * canonical.length)];
+            }
+            length = 0;
             field(partitionKey);
             field(orderingKey);
-            int length = payload.readableBytes();
-            updateLength(length);
-            if (payload.hasArray()) {
-                sha.update(payload.array(), payload.arrayOffset() + payload.readerIndex(), length);
-            } else {  // a direct buffer: one bulk copy into a reused array beats the digest's own chunked copying
-                if (scratch.length < length) {
-                    scratch = new byte[Math.max(length, 2 * scratch.length)];
-                }
-                payload.getBytes(payload.readerIndex(), scratch, 0, length);
-                sha.update(scratch, 0, length);
+            putInt(size);
+            payload.getBytes(payload.readerIndex(), canonical, length, size);
+            length += size;
+            field(props);
+            putLong(eventTime);
+            putLong(schemaVersion);
+            canonical[length++] = (byte) (nullValue ? 1 : 0);
+            try {
+                sha.update(canonical, 0, length);
+                sha.digest(link, 32, 32);
+                System.arraycopy(chain, 0, link, 0, 32);
+                sha.update(link, 0, 64);
+                sha.digest(chain, 0, 32);
+            } catch (java.security.DigestException e) {
+                throw new IllegalStateException(e);
             }
-            field(propertiesText(properties));
-            ByteBuffer.wrap(tail17).putLong(eventTime).putLong(schemaVersion).put((byte) (nullValue ? 1 : 0));
-            sha.update(tail17);
-            byte[] digest = sha.digest();
-            sha.update(chain);
-            sha.update(digest);
-            chain = sha.digest();
             messages++;
-            bytes += length;
+            bytes += size;
+        }
+
+        private void field(byte[] value) {
+            putInt(value.length);
+            System.arraycopy(value, 0, canonical, length, value.length);
+            length += value.length;
+        }
+
+        private void putInt(int value) {
+            canonical[length++] = (byte) (value >>> 24);
+            canonical[length++] = (byte) (value >>> 16);
+            canonical[length++] = (byte) (value >>> 8);
+            canonical[length++] = (byte) value;
+        }
+
+        private void putLong(long value) {
+            putInt((int) (value >>> 32));
+            putInt((int) value);
         }
 
         /** The user properties sorted by key, "k\u0001v" joined by "\u0000" (the copy's own left out). */
@@ -286,19 +311,6 @@ public final class EntryCopy {
                 }
             }
             return text.toString().getBytes(StandardCharsets.UTF_8);
-        }
-
-        private void updateLength(int length) {
-            length4[0] = (byte) (length >>> 24);
-            length4[1] = (byte) (length >>> 16);
-            length4[2] = (byte) (length >>> 8);
-            length4[3] = (byte) length;
-            sha.update(length4);
-        }
-
-        private void field(byte[] value) {
-            updateLength(value.length);
-            sha.update(value);
         }
     }
 
@@ -930,18 +942,35 @@ public final class EntryCopy {
             if (text == null) {
                 return null;
             }
-            int a = text.indexOf(':');
-            int b = text.indexOf(':', a + 1);
-            int c = text.indexOf(':', b + 1);
-            if (a < 0 || b < 0 || c < 0 || text.indexOf(':', c + 1) >= 0) {
-                return null;  // absent, or a chunked message's (the scan leaves those to the Python path)
+            // By hand: parseLong's per-character digit lookup was a few percent of a batched read-back.
+            long[] fields = new long[4];
+            int field = 0;
+            long value = 0;
+            boolean negative = false;
+            boolean digits = false;
+            for (int i = 0, n = text.length(); i <= n; i++) {
+                char ch = i < n ? text.charAt(i) : ':';
+                if (ch == ':') {
+                    if (!digits || field == 4) {
+                        return null;  // absent, or a chunked message's (the scan leaves those to the Python path)
+                    }
+                    fields[field++] = negative ? -value : value;
+                    value = 0;
+                    negative = false;
+                    digits = false;
+                } else if (ch >= '0' && ch <= '9' && value <= (Long.MAX_VALUE - 9) / 10) {
+                    value = value * 10 + (ch - '0');
+                    digits = true;
+                } else if (ch == '-' && !digits && !negative) {
+                    negative = true;
+                } else {
+                    return null;
+                }
             }
-            try {
-                return new Tag(Long.parseLong(text, 0, a, 10), Long.parseLong(text, a + 1, b, 10),
-                        Integer.parseInt(text, b + 1, c, 10), Integer.parseInt(text, c + 1, text.length(), 10));
-            } catch (NumberFormatException e) {
+            if (field != 4 || fields[2] != (int) fields[2] || fields[3] != (int) fields[3]) {
                 return null;
             }
+            return new Tag(fields[0], fields[1], (int) fields[2], (int) fields[3]);
         }
 
         String position() {
