@@ -42,15 +42,17 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
 ) -> None:
     assert engine.unavailable_reason() is None  # the development set-up has a JDK and the Pulsar distribution
     tenant = unique("it-engine")
-    topics = {"ns/lz4": 2, "ns/zstd": 0, "ns/large": 0}
+    topics = {"ns/lz4": 2, "ns/zstd": 0, "ns/large": 0, "ns/wide": 0}
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
     admin_a.put(f"/persistent/{tenant}/ns/lz4/partitions", 2)
     admin_a.put(f"/persistent/{tenant}/ns/zstd")
     admin_a.put(f"/persistent/{tenant}/ns/large")
+    admin_a.put(f"/persistent/{tenant}/ns/wide")
     c = client(cluster_a)
     batched = c.create_producer(f"persistent://{tenant}/ns/lz4", compression_type=pulsar.CompressionType.LZ4,
-                                batching_max_messages=100, batching_max_publish_delay_ms=20, block_if_queue_full=True)
+                                batching_enabled=True, batching_max_messages=100, batching_max_publish_delay_ms=20,
+                                block_if_queue_full=True)
     for i in range(6000):
         batched.send_async(f"z-{i}".encode() * 20, None, partition_key=f"k{i % 13}", properties={"i": str(i)},
                            event_timestamp=1_700_000_000_000 + i)
@@ -62,9 +64,14 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     deliver_at = int(time.time() * 1000) + 3_600_000
     unbatched.send(b"delayed", deliver_at=deliver_at)
     unbatched.send(b"after")
-    large = c.create_producer(f"persistent://{tenant}/ns/large", batching_enabled=False)
-    for i in range(20):  # 12 KiB messages: under copy_engine auto the Python path copies them
-        large.send(bytes([i]) * 12_288)
+    large = c.create_producer(f"persistent://{tenant}/ns/large", batching_enabled=True, batching_max_messages=4,
+                              batching_max_publish_delay_ms=50, block_if_queue_full=True)
+    for i in range(20):  # batches of 12 KiB messages: under copy_engine auto the Python path copies them
+        large.send_async(bytes([i]) * 12_288, None)
+    large.flush()
+    wide = c.create_producer(f"persistent://{tenant}/ns/wide", batching_enabled=False)
+    for i in range(20):  # unbatched 12 KiB messages: the engine copies them
+        wide.send(bytes([i]) * 12_288)
     c.close()
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     try:
@@ -77,14 +84,17 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert rep["details"]["copy_engine"] == "java"
         parts = {p["topic"]: p for p in rep["details"]["partitions"]}
         engines = {t.rsplit("/", 1)[1]: p["copy_engine"] for t, p in parts.items()}
-        assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python"}
+        batched = {t.rsplit("/", 1)[1] for t, p in parts.items() if p["source_entries"] < p["source_messages"]}
+        assert batched == {"lz4-partition-0", "lz4-partition-1", "large"}  # the producers really batched
+        assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python",
+                           "wide": "java"}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
-        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302 + 20
-        # the engine reads delivery times from the entries; only the Python path's unbatched topic looks them up
-        assert rep["counts"]["delivery_time_lookups"] == 20 and rep["counts"]["delayed_messages"] == 1
+        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302 + 20 + 20
+        # the engine reads delivery times from the entries; the Python path looks up unbatched entries only
+        assert rep["counts"]["delivery_time_lookups"] == 0 and rep["counts"]["delayed_messages"] == 1
         # The engine's read-back of the target against the Python client's read-back of the same range.
         assert {t.rsplit("/", 1)[1]: p["verified_by"] for t, p in parts.items()} == {
-            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python"}
+            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python", "wide": "java"}
         rows = posmap.read_local(str(tmp_path / "run"))
         python_client = client(cluster_b)
         try:
@@ -115,7 +125,42 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
 
         assert step(spec, tmp_path / "run") == 0  # a re-run finds nothing new
         again = report(tmp_path / "run")
-        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 4
+        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 5
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_python_path_looks_up_delivery_times_of_unbatched_entries(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """copy_engine python (also what runs where no JDK is found): the Python client cannot read a message's delivery
+    time, so every unbatched entry is looked up through the admin API and the delayed one keeps its time."""
+    tenant = unique("it-pypath")
+    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+    admin_a.put(f"/namespaces/{tenant}/ns")
+    admin_a.put(f"/persistent/{tenant}/ns/t")
+    topic = f"persistent://{tenant}/ns/t"
+    c = client(cluster_a)
+    producer = c.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m-{i}".encode())
+    deliver_at = int(time.time() * 1000) + 3_600_000
+    producer.send(b"delayed", deliver_at=deliver_at)
+    c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        assert step(spec, tmp_path / "run") == 0
+        rep = report(tmp_path / "run")
+        assert rep["details"]["copy_engine"] == "python"
+        assert rep["counts"]["delivery_time_lookups"] == 11 and rep["counts"]["delayed_messages"] == 1
+        target = drain(cluster_b, topic)
+        assert content(target) == content(drain(cluster_a, topic))
+        delayed = next(m for m in target if m["data"] == b"delayed")
+        headers = admin_b.entry_headers(topic, *delayed["entry"])
+        at = datetime.datetime.fromisoformat(headers["X-Pulsar-deliver-at-time"].replace("Z", "+00:00"))
+        assert int(at.timestamp() * 1000) == deliver_at
     finally:
         cleanup(tenant, admin_a, admin_b)
 
@@ -130,7 +175,8 @@ def test_the_engines_read_back_leaves_out_dropped_resends_and_fails_on_a_message
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     c = client(cluster_a)
-    producer = c.create_producer(topic, batching_max_messages=10, batching_max_publish_delay_ms=20)
+    producer = c.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                 batching_max_publish_delay_ms=20)
     for i in range(100):
         producer.send_async(f"m-{i}".encode(), None)
     producer.flush()
@@ -181,7 +227,8 @@ def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
     base = f"persistent://{tenant}/ns/big"
     admin_a.put(f"/persistent/{tenant}/ns/big/partitions", 4)
     c = client(cluster_a)
-    producer = c.create_producer(base, batching_max_messages=8, batching_max_publish_delay_ms=50,
+    producer = c.create_producer(base, batching_enabled=True, batching_max_messages=8,
+                                 batching_max_publish_delay_ms=50,
                                  block_if_queue_full=True, max_pending_messages=2000)
     payload = bytes(range(256)) * 64
     for i in range(12_000):  # 197 MB
@@ -211,6 +258,7 @@ def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
             assert result.scan is not None and result.scan.hash == result.source_hash
             assert result.scan.shape_errors == 0 and result.scan.pairs_digest == result.receipts_digest
             copied += result.copied_messages
+            assert result.source_entries * 4 <= result.source_messages  # batches, mostly of eight
         assert copied == 12_000
     finally:
         cleanup(tenant, admin_a, admin_b)
@@ -234,7 +282,7 @@ def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     c = client(cluster_a)
-    producer = c.create_producer(topic, batching_max_messages=10, block_if_queue_full=True)
+    producer = c.create_producer(topic, batching_enabled=True, batching_max_messages=10, block_if_queue_full=True)
     for i in range(200):
         producer.send_async(f"m-{i}".encode(), None)
     producer.flush()
