@@ -153,6 +153,47 @@ public final class TagProbe {
 }
 """
 
+LAG_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+public final class LagProbe {
+    public static void main(String[] args) throws Exception {
+        ObjectMapper json = new ObjectMapper();
+        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
+                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
+                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
+        EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
+        copy.follower = scan;
+        copy.copiedEntries = EntryCopy.MAX_READ_BACK_LAG;
+        copy.keepReadBackClose();  // exactly at the bound: no wait
+        System.out.println("at-bound " + copy.readBackWaitNanos);
+        copy.copiedEntries = EntryCopy.MAX_READ_BACK_LAG + 5;
+        Thread copying = new Thread(() -> {
+            try {
+                copy.keepReadBackClose();
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        copying.start();
+        copying.join(300);
+        System.out.println("past-bound-waits " + copying.isAlive());
+        scan.sentRead = 4;
+        copying.join(300);
+        System.out.println("one-short-waits " + copying.isAlive());
+        scan.sentRead = 5;
+        copying.join(5000);
+        System.out.println("caught-up-goes " + !copying.isAlive() + " " + (copy.readBackWaitNanos >= 300_000_000L));
+        copy.copiedEntries += 2 * EntryCopy.MAX_READ_BACK_LAG;
+        scan.ended = true;  // a read-back that ended (or failed) holds nothing back
+        copy.keepReadBackClose();
+        System.out.println("ended-goes true");
+    }
+}
+"""
+
 SEQUENCE_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -240,3 +281,11 @@ def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tm
     stdout = run_probe(tmp_path, "TagProbe", TAG_PROBE, texts + malformed).split()
     assert stdout[:3] == [f"{t.position.ledger},{t.position.entry},{t.batch_index},{t.batch_size}" for t in written]
     assert stdout[3:] == ["none"] * len(malformed)
+
+
+def test_the_copy_waits_while_more_than_the_lag_bound_ahead_of_its_read_back(tmp_path: Path) -> None:
+    """keepReadBackClose: the copy goes on at MAX_READ_BACK_LAG entries ahead of its read-back, waits past it until
+    the read-back catches up to the bound, and never waits for a read-back that has ended."""
+    stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE, []).splitlines()
+    assert stdout == ["at-bound 0", "past-bound-waits true", "one-short-waits true", "caught-up-goes true true",
+                      "ended-goes true"]
