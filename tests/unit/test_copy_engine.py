@@ -166,10 +166,33 @@ public final class LagProbe {
                 json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
         EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
         copy.follower = scan;
-        copy.copiedEntries = EntryCopy.MAX_READ_BACK_LAG;
-        copy.keepReadBackClose();  // exactly at the bound: no wait
-        System.out.println("at-bound " + copy.readBackWaitNanos);
-        copy.copiedEntries = EntryCopy.MAX_READ_BACK_LAG + 5;
+        for (int i = 0; i < EntryCopy.MAX_READ_BACK_LAG + 5; i++) {
+            copy.sent();
+        }
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() + 60_000_000_000L);  // young, however slow this runs
+        copy.keepReadBackClose();  // past the count, but the oldest entry not read back is young: no wait
+        System.out.println("young-goes " + copy.readBackWaitNanos);
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);  // sent a minute ago
+        Thread copying = waiting(copy);
+        copying.join(300);
+        System.out.println("old-waits " + copying.isAlive());
+        scan.sentRead = 4;  // the oldest not read back is still old, and 1,001 entries are
+        copying.join(300);
+        System.out.println("one-short-waits " + copying.isAlive());
+        scan.sentRead = 5;
+        copying.join(5000);
+        System.out.println("within-count-goes " + !copying.isAlive() + " " + (copy.readBackWaitNanos >= 500_000_000L));
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() + 60_000_000_000L);
+        copy.copiedEntries = scan.sentRead + EntryCopy.SENT_TIMES;  // no send time kept that far back: wait
+        copying = waiting(copy);
+        copying.join(300);
+        System.out.println("ring-full-waits " + copying.isAlive());
+        scan.ended = true;  // a read-back that ended (or failed) holds nothing back
+        copying.join(5000);
+        System.out.println("ended-goes " + !copying.isAlive());
+    }
+
+    static Thread waiting(EntryCopy copy) {
         Thread copying = new Thread(() -> {
             try {
                 copy.keepReadBackClose();
@@ -178,18 +201,7 @@ public final class LagProbe {
             }
         });
         copying.start();
-        copying.join(300);
-        System.out.println("past-bound-waits " + copying.isAlive());
-        scan.sentRead = 4;
-        copying.join(300);
-        System.out.println("one-short-waits " + copying.isAlive());
-        scan.sentRead = 5;
-        copying.join(5000);
-        System.out.println("caught-up-goes " + !copying.isAlive() + " " + (copy.readBackWaitNanos >= 300_000_000L));
-        copy.copiedEntries += 2 * EntryCopy.MAX_READ_BACK_LAG;
-        scan.ended = true;  // a read-back that ended (or failed) holds nothing back
-        copy.keepReadBackClose();
-        System.out.println("ended-goes true");
+        return copying;
     }
 }
 """
@@ -224,7 +236,7 @@ def run_probe(tmp_path: Path, name: str, source_text: str, args: list[str]) -> s
     source.write_text(source_text)
     subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(tmp_path), str(source)], check=True)
     return subprocess.run(["java", "-cp", f"{tmp_path}:{classpath}", f"org.apache.pulsar.client.impl.{name}", *args],
-                          capture_output=True, text=True, check=True).stdout
+                          capture_output=True, text=True, check=True, timeout=120).stdout
 
 
 def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_positions(
@@ -283,9 +295,10 @@ def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tm
     assert stdout[3:] == ["none"] * len(malformed)
 
 
-def test_the_copy_waits_while_more_than_the_lag_bound_ahead_of_its_read_back(tmp_path: Path) -> None:
-    """keepReadBackClose: the copy goes on at MAX_READ_BACK_LAG entries ahead of its read-back, waits past it until
-    the read-back catches up to the bound, and never waits for a read-back that has ended."""
+def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) -> None:
+    """keepReadBackClose: the copy runs past MAX_READ_BACK_LAG entries ahead of its read-back only while the oldest
+    entry not read back is younger than MAX_READ_BACK_AGE_MS, never further than the send times it keeps, and never
+    waits for a read-back that has ended."""
     stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE, []).splitlines()
-    assert stdout == ["at-bound 0", "past-bound-waits true", "one-short-waits true", "caught-up-goes true true",
-                      "ended-goes true"]
+    assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
+                      "ring-full-waits true", "ended-goes true"]

@@ -70,11 +70,15 @@ public final class EntryCopy {
     // Pending sends of all partitions together block past this (heap copies of the entries, -Xmx512m): 256 MB ran
     // a copy of four partitions of 128 KiB entries out of heap.
     static final long CLIENT_MEMORY_MB = 64;
-    // How far (entries) the copy may run ahead of its read-back: see keepReadBackClose. Tight on purpose: at twice
-    // the in-flight window (10,000) the read-back of 3M unbatched entries read cold again (target broker 144 s of
-    // CPU against 60 s). Against a target one round trip away this caps an unbatched copy at 1,000 entries per
-    // round trip and partition (20,000/s at 50 ms), above the ~6,000/s a partition copies here.
+    // How far the copy may run ahead of its read-back (see keepReadBackClose): always this many entries, and more
+    // only while the oldest entry not yet read back was sent less than MAX_READ_BACK_AGE_MS ago. A count alone was
+    // either too loose here (at 10,000 entries the read-back of 3M unbatched entries read cold again: target broker
+    // 144 s of CPU against 60 s at 1,000) or too tight against a far target (1,000 entries a round trip and
+    // partition: 10,000/s at 100 ms). The broker keeps written entries in its cache for about 1 s.
     static final long MAX_READ_BACK_LAG = 1000;
+    static final long MAX_READ_BACK_AGE_MS = 300;
+    // Send times of the last SENT_TIMES entries (a ring); past it the copy waits whatever their age.
+    static final int SENT_TIMES = 1 << 16;
     static final String SOURCE_PUBLISH_TIME = "__pm_source_publish_time";
     static final String GEO_SOURCE = "__MSG_PROP_REPL_SOURCE_POSITION";
     static final int ENTRY_BITS = 24;
@@ -464,6 +468,7 @@ public final class EntryCopy {
     long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
     long sendWaitNanos;
     long readBackWaitNanos;  // the copy held back for its read-back (keepReadBackClose)
+    final long[] sentAt = new long[SENT_TIMES];  // System.nanoTime() of the n-th entry sent, at n % SENT_TIMES
     volatile TargetScan follower;  // the read-back following this copy, while it runs
     final boolean scanWanted;  // read the target back after the copy (TargetScan), rows into rowsFile
     final long[] scanAfter;
@@ -846,7 +851,7 @@ public final class EntryCopy {
             delayed += count;
         }
         copiedMessages += count;
-        copiedEntries++;
+        sent();
         copiedBytes += size;
         ((ProducerImpl<byte[]>) producer).internalSendAsync(msg).whenComplete((id, error) -> {
             try {
@@ -876,23 +881,43 @@ public final class EntryCopy {
         return 2 * 9 + SOURCE_TAG.length() + tagLength + SOURCE_PUBLISH_TIME.length() + publishTime.length();
     }
 
+    /** Counts an entry sent and notes when. */
+    void sent() {
+        sentAt[(int) (copiedEntries % SENT_TIMES)] = System.nanoTime();
+        copiedEntries++;
+    }
+
     /**
-     * Holds the copy within MAX_READ_BACK_LAG entries of its read-back. The target broker serves an entry read
-     * within about a second of its write from its entry cache, an older one from its bookie: measured on the local
+     * Holds the copy close to its read-back: within MAX_READ_BACK_LAG entries, or further only while the oldest
+     * entry not yet read back is younger than MAX_READ_BACK_AGE_MS. The target broker serves an entry read within
+     * about a second of its write from its entry cache, an older one from its bookie: measured on the local
      * standalone, 300,000 unbatched entries cost its broker 17.7 s of CPU read cold and 0.7 s read while written.
-     * Left to itself on two busy cores the read-back fell 36-48 s behind a copy of 3M unbatched entries.
+     * Left to itself on two busy cores the read-back fell 36-48 s behind a copy of 3M unbatched entries. The n-th
+     * entry this run sent is the n-th it reads back (each source entry is on the target once, in order).
      */
     void keepReadBackClose() throws InterruptedException {
         TargetScan scan = follower;
-        if (scan == null || copiedEntries - scan.sentRead <= MAX_READ_BACK_LAG) {
+        if (scan == null || !readBackTooFarBehind(scan)) {
             return;
         }
         long waitStart = System.nanoTime();
-        while (copiedEntries - scan.sentRead > MAX_READ_BACK_LAG && !scan.ended) {
+        while (!scan.ended && readBackTooFarBehind(scan)) {
             java.util.concurrent.locks.LockSupport.parkNanos(200_000);
             failIfSendFailed();
         }
         readBackWaitNanos += System.nanoTime() - waitStart;
+    }
+
+    boolean readBackTooFarBehind(TargetScan scan) {
+        long read = scan.sentRead;
+        long ahead = copiedEntries - read;
+        if (ahead <= MAX_READ_BACK_LAG) {
+            return false;
+        }
+        if (ahead >= SENT_TIMES) {
+            return true;
+        }
+        return System.nanoTime() - sentAt[(int) (read % SENT_TIMES)] > MAX_READ_BACK_AGE_MS * 1_000_000;
     }
 
     Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion) throws Exception {
