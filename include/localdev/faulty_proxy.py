@@ -1,11 +1,15 @@
 """A fault-injecting TCP proxy on loopback: slow and broken connections between a job and a cluster.
 
-    python -m localdev.faulty_proxy --listen 18083 --upstream 8083 [--latency-ms 20] [--cut-every-s 2]
+    python -m localdev.faulty_proxy --listen 18083 --upstream 8083 [--latency-ms 20] [--delay-ms 25]
+        [--cut-every-s 2]
 
 Each accepted connection is forwarded to the upstream port by two pump threads. Faults:
 
 * latency: every chunk read from either side is held `latency_s` before it is written on (a slow link,
-  felt most by request/response traffic such as admin calls and lookups);
+  felt most by request/response traffic such as admin calls and lookups: it also bounds throughput, one
+  chunk per `latency_s` each way);
+* delay: every chunk is written on `delay_s` after it was read, chunks in flight meanwhile (a far link: the
+  round trip grows by twice `delay_s`, the bandwidth does not shrink);
 * cuts: `cut_all()` resets every open connection at once (an RST to both ends, as when a load balancer or
   NAT drops its table), `cutting(every_s)` does so periodically from a background thread;
 * refusal: while `refusing` is set, each new connection is reset as soon as it is accepted (a cluster
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import queue
 import socket
 import struct
 import sys
@@ -64,10 +69,11 @@ def _reset(sock: socket.socket) -> None:
 class FaultyProxy:
     """Forwards 127.0.0.1:`listen_port` to 127.0.0.1:`upstream_port` with injectable faults."""
 
-    def __init__(self, listen_port: int, upstream_port: int, *, latency_s: float = 0.0) -> None:
+    def __init__(self, listen_port: int, upstream_port: int, *, latency_s: float = 0.0, delay_s: float = 0.0) -> None:
         self.listen_port = listen_port
         self.upstream_port = upstream_port
         self.latency_s = latency_s
+        self.delay_s = delay_s
         self.refusing = False
         self.counters = ProxyCounters()
         self._pumps: dict[tuple[socket.socket, socket.socket], int] = {}  # open pair -> live pumps
@@ -86,7 +92,8 @@ class FaultyProxy:
         server.settimeout(0.2)  # the accept loop notices stop() within this
         self._server = server
         self._spawn(self._accept_loop, f"proxy-accept-{self.listen_port}")
-        log.info("proxy %d -> %d up (latency %.0f ms)", self.listen_port, self.upstream_port, self.latency_s * 1000)
+        log.info("proxy %d -> %d up (latency %.0f ms, delay %.0f ms)", self.listen_port, self.upstream_port,
+                 self.latency_s * 1000, self.delay_s * 1000)
         return self
 
     def stop(self) -> None:
@@ -172,15 +179,24 @@ class FaultyProxy:
             self._spawn(self._pump, f"proxy-down-{self.listen_port}", upstream, client, pair)
 
     def _pump(self, src: socket.socket, dst: socket.socket, pair: tuple[socket.socket, socket.socket]) -> None:
+        line = _DelayLine(dst, self.delay_s, f"proxy-delay-{self.listen_port}") if self.delay_s else None
         try:
             while data := src.recv(CHUNK):
                 if self.latency_s:
                     time.sleep(self.latency_s)
-                dst.sendall(data)
+                if line is not None:
+                    line.put(data)
+                else:
+                    dst.sendall(data)
                 self.counters.add("forwarded_bytes", len(data))
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)  # pass the orderly close on
+            if line is not None:
+                line.close()  # what is in flight arrives, then the orderly close
+            else:
+                with contextlib.suppress(OSError):
+                    dst.shutdown(socket.SHUT_WR)  # pass the orderly close on
         except OSError:  # one side reset, or cut_all() closed both: reset the other side too
+            if line is not None:
+                line.abandon()
             with self._lock:
                 self._pumps.pop(pair, None)
             _reset(src)
@@ -198,16 +214,70 @@ class FaultyProxy:
                     sock.close()
 
 
+class _DelayLine:
+    """Writes each chunk to `dst` `delay_s` after it was put, in order, from a thread of its own; at most
+    DELAY_LINE_CHUNKS in flight (then put() waits: the sender feels the far side's backpressure)."""
+
+    STOP = b""
+
+    def __init__(self, dst: socket.socket, delay_s: float, name: str) -> None:
+        self.dst = dst
+        self.delay_s = delay_s
+        self.chunks: queue.Queue[tuple[float, bytes | None]] = queue.Queue(DELAY_LINE_CHUNKS)
+        self.error: OSError | None = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def put(self, data: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.chunks.put((time.monotonic() + self.delay_s, data))
+
+    def close(self) -> None:
+        """Delivers what is in flight, then shuts `dst` for writing; raises what a write met."""
+        self.chunks.put((time.monotonic() + self.delay_s, None))
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def abandon(self) -> None:
+        with contextlib.suppress(queue.Full):
+            self.chunks.put_nowait((0.0, self.STOP))
+
+    def _run(self) -> None:
+        while True:
+            due, data = self.chunks.get()
+            if data == self.STOP:
+                return
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                if data is None:
+                    with contextlib.suppress(OSError):
+                        self.dst.shutdown(socket.SHUT_WR)
+                    return
+                self.dst.sendall(data)
+            except OSError as exc:
+                self.error = exc
+                return
+
+
+DELAY_LINE_CHUNKS = 512  # up to 32 MiB in flight each way
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localdev.faulty_proxy", description=__doc__.split("\n")[0])
     parser.add_argument("--listen", type=int, required=True, help="port to listen on (127.0.0.1)")
     parser.add_argument("--upstream", type=int, required=True, help="port to forward to (127.0.0.1)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="hold each chunk this long")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="deliver each chunk this long after it came")
     parser.add_argument("--cut-every-s", type=float, default=0.0, help="reset all connections this often")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        proxy = FaultyProxy(args.listen, args.upstream, latency_s=args.latency_ms / 1000).start()
+        proxy = FaultyProxy(args.listen, args.upstream, latency_s=args.latency_ms / 1000,
+                            delay_s=args.delay_ms / 1000).start()
     except OSError as exc:
         print(f"error: cannot listen on {HOST}:{args.listen}: {exc.strerror}", file=sys.stderr)
         return 1

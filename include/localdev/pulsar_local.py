@@ -156,6 +156,13 @@ def extra_overrides(cluster: LocalCluster) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
+def proxied_listener_overrides(cluster: LocalCluster, listener: str, proxy_port: int) -> str:
+    """PM_PULSAR_CONF_<NAME> settings under which the broker also advertises `listener` at 127.0.0.1:`proxy_port`
+    (a proxy in front of it): clients that ask for that listener in their lookups connect through the proxy."""
+    return (f"advertisedAddress=,internalListenerName=internal,advertisedListeners=internal:pulsar://127.0.0.1:"
+            f"{cluster.broker_port},{listener}:pulsar://127.0.0.1:{proxy_port}")
+
+
 def render_config(template: str, cluster: LocalCluster, auth: LocalAuth | None = None) -> str:
     """Sets this instance's keys in the distribution's standalone.conf (appending those it lacks)."""
     overrides = {

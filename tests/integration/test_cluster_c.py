@@ -78,9 +78,9 @@ PROXY_WEB_PORT, PROXY_BROKER_PORT = 18083, 16653
 
 def start_cluster_c() -> None:
     variable = "PM_PULSAR_CONF_CLUSTER_C"
-    os.environ[variable] = (
-        "acknowledgmentAtBatchIndexLevelEnabled=true,advertisedAddress=,internalListenerName=internal,"
-        f"advertisedListeners=internal:pulsar://127.0.0.1:6653,{PROXIED_LISTENER}:pulsar://127.0.0.1:{PROXY_BROKER_PORT}")
+    cluster = pulsar_local.local_clusters(3)[2]
+    os.environ[variable] = "acknowledgmentAtBatchIndexLevelEnabled=true," + pulsar_local.proxied_listener_overrides(
+        cluster, PROXIED_LISTENER, PROXY_BROKER_PORT)
     try:
         pulsar_local.start(3)
     finally:

@@ -69,6 +69,19 @@ def test_latency_holds_each_chunk(echo_port: int) -> None:
         assert time.monotonic() - started >= 0.2  # one chunk each way
 
 
+def test_a_delay_line_holds_each_chunk_but_keeps_many_in_flight(echo_port: int) -> None:
+    """delay_s: the round trip grows by twice the delay, but a stream of many chunks is not held one by one (as
+    latency_s holds them): it arrives whole, in order, about one round trip late, and the close is passed on."""
+    payload = bytes(range(256)) * 4096 * 4  # 4 MiB: 64 chunks or more each way
+    with FaultyProxy(free_port(), echo_port, delay_s=0.05) as proxy:
+        started = time.monotonic()
+        assert roundtrip(proxy.listen_port, b"ping") == b"ping"
+        assert time.monotonic() - started >= 0.1
+        started = time.monotonic()
+        assert roundtrip(proxy.listen_port, payload) == payload
+        assert time.monotonic() - started < 64 * 0.05 / 2  # held one chunk at a time it would take 3.2 s each way
+
+
 def test_cut_all_resets_open_connections(echo_port: int) -> None:
     with FaultyProxy(free_port(), echo_port) as proxy:
         s = socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=5)

@@ -76,7 +76,8 @@ public final class EntryCopy {
     // 144 s of CPU against 60 s at 1,000) or too tight against a far target (1,000 entries a round trip and
     // partition: 10,000/s at 100 ms). The broker keeps written entries in its cache for about 1 s.
     static final long MAX_READ_BACK_LAG = 1000;
-    static final long MAX_READ_BACK_AGE_MS = 300;
+    // -Dpm.readBackAgeMs=0 leaves the count alone (benchmarks/far_target.py compares the two).
+    static final long MAX_READ_BACK_AGE_MS = Long.getLong("pm.readBackAgeMs", 300);
     // Send times of the last SENT_TIMES entries (a ring); past it the copy waits whatever their age.
     static final int SENT_TIMES = 1 << 16;
     static final String SOURCE_PUBLISH_TIME = "__pm_source_publish_time";
