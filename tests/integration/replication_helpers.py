@@ -3,12 +3,14 @@ with the plain Python client, independently of the library's own reading and has
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
 
 import pulsar
 from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.replication.step import STEP, run
 from pulsar_migration.stepjob import run_step
 
@@ -49,3 +51,17 @@ def drain(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
         return out
     finally:
         c.close()
+
+
+def source_tenant(admin: PulsarAdmin, cluster: LocalCluster, tenant: str, namespace: str = "ns") -> str:
+    """Creates `tenant` with one namespace on the source cluster only; returns the tenant."""
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+    admin.put(f"/namespaces/{tenant}/{namespace}")
+    return tenant
+
+
+def delivery_time_ms(admin: PulsarAdmin, topic: str, message: dict[str, Any]) -> int:
+    """The delivery time stored with a drained message (its entry's X-Pulsar-deliver-at-time header)."""
+    headers = admin.entry_headers(topic, *message["entry"])
+    at = datetime.datetime.fromisoformat(headers["X-Pulsar-deliver-at-time"].replace("Z", "+00:00"))
+    return int(at.timestamp() * 1000)

@@ -12,7 +12,6 @@ that no copy wrote must fail the engine's read-back.
 
 from __future__ import annotations
 
-import datetime
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import client, drain
+from tests.integration.replication_helpers import client, delivery_time_ms, drain, source_tenant
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
@@ -116,10 +115,9 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
             assert shape(target) == shape(source), topic
         zstd = drain(cluster_b, f"persistent://{tenant}/ns/zstd")
         delayed = next(m for m in zstd if m["data"] == b"delayed")
-        headers = admin_b.entry_headers(f"persistent://{tenant}/ns/zstd", *delayed["entry"])
-        at = datetime.datetime.fromisoformat(headers["X-Pulsar-deliver-at-time"].replace("Z", "+00:00"))
-        assert int(at.timestamp() * 1000) == deliver_at
+        assert delivery_time_ms(admin_b, f"persistent://{tenant}/ns/zstd", delayed) == deliver_at
         # The copies' producers are the Python path's (the target's dedup state is shared by both paths).
+        headers = admin_b.entry_headers(f"persistent://{tenant}/ns/zstd", *delayed["entry"])
         producers = {headers["X-Pulsar-producer-name"]}
         assert all(name.startswith("pm-copy-") for name in producers)
 
@@ -136,9 +134,7 @@ def test_the_python_path_looks_up_delivery_times_of_unbatched_entries(
 ) -> None:
     """copy_engine python (also what runs where no JDK is found): the Python client cannot read a message's delivery
     time, so every unbatched entry is looked up through the admin API and the delayed one keeps its time."""
-    tenant = unique("it-pypath")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
+    tenant = source_tenant(admin_a, cluster_a, unique("it-pypath"))
     admin_a.put(f"/persistent/{tenant}/ns/t")
     topic = f"persistent://{tenant}/ns/t"
     c = client(cluster_a)
@@ -158,9 +154,7 @@ def test_the_python_path_looks_up_delivery_times_of_unbatched_entries(
         target = drain(cluster_b, topic)
         assert content(target) == content(drain(cluster_a, topic))
         delayed = next(m for m in target if m["data"] == b"delayed")
-        headers = admin_b.entry_headers(topic, *delayed["entry"])
-        at = datetime.datetime.fromisoformat(headers["X-Pulsar-deliver-at-time"].replace("Z", "+00:00"))
-        assert int(at.timestamp() * 1000) == deliver_at
+        assert delivery_time_ms(admin_b, topic, delayed) == deliver_at
     finally:
         cleanup(tenant, admin_a, admin_b)
 
@@ -169,9 +163,7 @@ def test_the_engines_read_back_leaves_out_dropped_resends_and_fails_on_a_message
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,
 ) -> None:
-    tenant = unique("it-engine-tamper")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
+    tenant = source_tenant(admin_a, cluster_a, unique("it-engine-tamper"))
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     c = client(cluster_a)
@@ -221,9 +213,7 @@ def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
     """Entries of 128 KiB (eight 16 KiB messages) on four partitions at once, in an engine of 192 MB of heap: its
     pending sends are bounded by bytes (the client's memory limit) and its readers' queues by the partition's
     average message size, so it cannot hold the whole range (768 MB in 4 partitions once ran a 512 MB heap out)."""
-    tenant = unique("it-engine-heap")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
+    tenant = source_tenant(admin_a, cluster_a, unique("it-engine-heap"))
     base = f"persistent://{tenant}/ns/big"
     admin_a.put(f"/persistent/{tenant}/ns/big/partitions", 4)
     c = client(cluster_a)
@@ -276,9 +266,7 @@ def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map
     monkeypatch.setenv("PULSAR_HOME", str(lib.parent))
     monkeypatch.setenv("PM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PM_ENGINE_JAVA_OPTIONS", raising=False)
-    tenant = unique("it-engine-cds")
-    admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
-    admin_a.put(f"/namespaces/{tenant}/ns")
+    tenant = source_tenant(admin_a, cluster_a, unique("it-engine-cds"))
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     c = client(cluster_a)
