@@ -302,3 +302,27 @@ def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) ->
     stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE, []).splitlines()
     assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
                       "ring-full-waits true", "ended-goes true"]
+
+
+def test_one_start_claims_the_full_archive_a_stale_claim_is_taken_over_and_a_failed_recording_is_not_retried(
+        tmp_path: Path) -> None:
+    build = engine.Build(tmp_path / "engine.jar", tmp_path / "engine.jsa")
+    first = build.claim_full_archive()
+    assert first is not None and build.claim_full_archive() is None  # a second start while it records
+    first.settle(False)  # killed, or no jobs: the claim is freed, nothing kept
+    second = build.claim_full_archive()
+    assert second is not None and not second.final.exists()
+    second.partial.write_bytes(b"archive")
+    second.settle(True)
+    assert second.final.read_bytes() == b"archive" and not second.claim.exists()
+    assert build.claim_full_archive() is None  # recorded: nobody records again
+
+    other = engine.Build(tmp_path / "other" / "engine.jar", None)
+    other.jar.parent.mkdir()
+    stale = other.jar.parent / engine.FULL_ARCHIVE_CLAIM
+    stale.touch()
+    os.utime(stale, (0, 0))  # a recorder killed long ago
+    taken = other.claim_full_archive()
+    assert taken is not None
+    taken.settle(True)  # a normal exit that wrote nothing: remembered, not tried at every start
+    assert (other.jar.parent / engine.FULL_ARCHIVE_FAILED).exists() and other.claim_full_archive() is None

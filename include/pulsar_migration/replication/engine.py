@@ -186,6 +186,7 @@ def wanted(spec: MigrationSpec) -> bool:
 # The class archive a real copy records at its exit (FullArchive): what a start without a broker cannot load.
 FULL_ARCHIVE = "engine-full.jsa"
 FULL_ARCHIVE_CLAIM = "engine-full.claim"
+FULL_ARCHIVE_FAILED = "engine-full.failed"  # a normal exit wrote no archive here: not tried again
 # A claim this old is a recorder's that was killed before its exit: the next start records instead.
 STALE_CLAIM_S = 600
 
@@ -206,7 +207,7 @@ class Build:
         start. The first real start after a build, alone, records them all at its exit (it starts a little slower
         and its exit takes a few seconds); later starts map that archive. None: recorded, or being recorded."""
         directory = self.jar.parent
-        if (directory / FULL_ARCHIVE).exists():
+        if (directory / FULL_ARCHIVE).exists() or (directory / FULL_ARCHIVE_FAILED).exists():
             return None
         claim = directory / FULL_ARCHIVE_CLAIM
         for _ in range(2):
@@ -242,6 +243,9 @@ class FullArchive:
             if recorded and self.partial.exists():
                 self.partial.rename(self.final)
                 log.info("copy engine: recorded the full class archive %s", self.final)
+            elif recorded:  # e.g. a JVM that cannot dump one: every later start would pay for trying again
+                (self.final.parent / FULL_ARCHIVE_FAILED).touch()
+                log.info("copy engine: no full class archive was recorded; later starts use the training one")
         finally:
             self.partial.unlink(missing_ok=True)
             self.claim.unlink(missing_ok=True)

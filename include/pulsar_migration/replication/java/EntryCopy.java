@@ -1335,6 +1335,17 @@ public final class EntryCopy {
         }
         System.out.flush();
         if (System.getenv("PM_ENGINE_EXIT_NORMALLY") != null) {
+            final int exitCode = code;
+            Thread watchdog = new Thread(() -> {  // a shutdown hook that hangs must not hang the Spark task
+                try {
+                    Thread.sleep(120_000);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                Runtime.getRuntime().halt(exitCode);
+            }, "pm-exit-watchdog");
+            watchdog.setDaemon(true);
+            watchdog.start();
             System.exit(code);  // lets what is written at exit be written (a class archive, a flight recording)
         }
         Runtime.getRuntime().halt(code);  // client threads may linger; the results are out
