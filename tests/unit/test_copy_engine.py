@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +327,24 @@ def test_one_start_claims_the_full_archive_a_stale_claim_is_taken_over_and_a_fai
     assert taken is not None
     taken.settle(True)  # a normal exit that wrote nothing: remembered, not tried at every start
     assert (other.jar.parent / engine.FULL_ARCHIVE_FAILED).exists() and other.claim_full_archive() is None
+
+
+def test_a_new_build_deletes_builds_unused_for_two_weeks_and_keeps_the_rest(tmp_path: Path) -> None:
+    def build(name: str, age_days: float | None) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "engine.jar").write_bytes(b"jar")
+        if age_days is not None:  # None: still being built (no done marker)
+            (directory / "done").touch()
+            old = time.time() - age_days * 86_400
+            os.utime(directory / "done", (old, old))
+        (tmp_path / f"{name}.lock").touch()
+        return directory
+
+    current = build("current", 0)
+    build("stale", engine.UNUSED_BUILD_DAYS + 1)
+    build("recent", engine.UNUSED_BUILD_DAYS - 1)
+    build("building", None)
+    assert engine.prune_unused_builds(current) == ["stale"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "building", "building.lock", "current", "current.lock", "recent", "recent.lock"]

@@ -15,6 +15,7 @@ partition continues where the target ends, as after a kill.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -264,8 +265,36 @@ def compiled(lib: Path) -> Build:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target / "done").exists():
                 _build(lib, target)
+                prune_unused_builds(target)
+    else:
+        with contextlib.suppress(OSError):
+            os.utime(target / "done")  # its last use: what prune_unused_builds goes by
     archive = next((a for a in (target / FULL_ARCHIVE, target / "engine.jsa") if a.exists()), None)
     return Build(target / "engine.jar", archive)
+
+
+# Builds of other engine sources or client versions unused this long are deleted when a new one is made: each holds
+# a jar and up to ~60 MB of class archives, and every upgrade of this tool or of Pulsar makes one.
+UNUSED_BUILD_DAYS = 14
+
+
+def prune_unused_builds(current: Path) -> list[str]:
+    """Deletes the sibling builds of `current` whose last use is older than UNUSED_BUILD_DAYS; returns their names."""
+    cutoff = time.time() - UNUSED_BUILD_DAYS * 86_400
+    pruned = []
+    for other in current.parent.iterdir():
+        done = other / "done"
+        if other == current or not other.is_dir() or not done.exists():
+            continue  # the current build, a lock file, or a build still being made
+        with contextlib.suppress(OSError):
+            if done.stat().st_mtime < cutoff:
+                shutil.rmtree(other)
+                (current.parent / f"{other.name}.lock").unlink(missing_ok=True)
+                pruned.append(other.name)
+    if pruned:
+        log.info("copy engine: deleted %d build(s) unused for %d days: %s", len(pruned), UNUSED_BUILD_DAYS,
+                 ", ".join(sorted(pruned)))
+    return pruned
 
 
 def _build(lib: Path, target: Path) -> None:
