@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +47,7 @@ from benchmarks.replication_throughput import (
     DataSet,
     Tenants,
     client,
+    copy_step,
     load1,
     produce,
     rate,
@@ -77,22 +77,8 @@ def write_spec(path: Path, tenant: str, target: pulsar_local.LocalCluster, far: 
 
 
 def copy(ds: DataSet, tenant: str, target: pulsar_local.LocalCluster, far: bool, work: Path) -> dict[str, Any]:
-    from pulsar_migration.metadata.step import run as meta_run
-    from pulsar_migration.replication.step import STEP, run
-    from pulsar_migration.stepjob import run_step
-
-    spec = write_spec(work / f"spec-{tenant}.json", tenant, target, far)
     run_dir = work / f"run-{tenant}"
-    if run_step("sync_metadata", meta_run, ["--spec", str(spec), "--run-dir", str(run_dir)]) != 0:
-        raise BenchmarkError(f"sync_metadata failed (run dir {run_dir})")
-    started = time.monotonic()
-    code = run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
-    wall = time.monotonic() - started
-    report = json.loads((run_dir / f"{STEP}.json").read_text())
-    counts = report["counts"]
-    if code != 0 or report.get("verdict") != "ok" or counts["target_messages"] != ds.messages:
-        raise BenchmarkError(f"replicate_topics exited {code}, verdict {report.get('verdict')}, "
-                             f"{counts['target_messages']} of {ds.messages} on the target (run dir {run_dir})")
+    _, wall, report = copy_step(write_spec(work / f"spec-{tenant}.json", tenant, target, far), run_dir, ds.messages)
     parts = report["details"]["partitions"]
     times = [p.get("engine_times") or {} for p in parts]
     return {"load1": load1(), "step_wall": rate(ds.messages, ds.bytes, wall),
@@ -148,14 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return one_variant(args)
 
     target = pulsar_local.local_clusters(3)[2]
-    variable = "PM_PULSAR_CONF_" + target.name.replace("-", "_").upper()
     pulsar_local.stop_clusters([target])
     shutil.rmtree(target.root, ignore_errors=True)
-    os.environ[variable] = pulsar_local.proxied_listener_overrides(target, LISTENER, PROXY_BROKER_PORT)
-    try:
-        pulsar_local.start(3)
-    finally:
-        del os.environ[variable]
+    pulsar_local.start_with_overrides(target, pulsar_local.proxied_listener_overrides(target, LISTENER,
+                                                                                      PROXY_BROKER_PORT))
     work = Path(tempfile.mkdtemp(prefix="far-target-"))
     result: dict[str, Any] = {"benchmark": "far_target", "started": datetime.now(UTC).isoformat(timespec="seconds"),
                               "delay_ms_each_way": args.delay_ms, "messages": args.messages, "size": args.size,

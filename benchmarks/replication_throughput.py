@@ -351,29 +351,37 @@ def write_spec(path: Path, tenant: str, options: dict[str, Any]) -> Path:
     return path
 
 
-def method_copy(ds: DataSet, tenant: str, work: Path, slots: int, options: dict[str, Any]) -> dict[str, Any]:
-    """sync_metadata, then replicate_topics in-process; the source topic must hold the data set already."""
+def copy_step(spec: Path, run_dir: Path, messages: int) -> tuple[float, float, dict[str, Any]]:
+    """sync_metadata, then replicate_topics timed, in-process: (sync seconds, step seconds, the step's report).
+    BenchmarkError unless the step succeeded and copied exactly `messages`, all of them on the target."""
     from pulsar_migration.metadata.step import run as meta_run
     from pulsar_migration.replication.step import STEP, run
     from pulsar_migration.stepjob import run_step
 
-    spec = write_spec(work / f"spec-{tenant}.json", tenant, options)
-    run_dir = work / f"run-{tenant}"
     started = time.monotonic()
     if run_step("sync_metadata", meta_run, ["--spec", str(spec), "--run-dir", str(run_dir)]) != 0:
         raise BenchmarkError(f"sync_metadata failed (run dir {run_dir})")
     sync_s = time.monotonic() - started
-    out: dict[str, Any] = {"load1": load1(), "options": options, "sync_metadata_s": round(sync_s, 3)}
     started = time.monotonic()
     code = run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
     wall = time.monotonic() - started
     report = json.loads((run_dir / f"{STEP}.json").read_text())
     if code != 0 or report.get("verdict") != "ok":
         raise BenchmarkError(f"replicate_topics exited {code}, verdict {report.get('verdict')} (run dir {run_dir})")
-    counts, details = report["counts"], report["details"]
-    if counts["copied_messages"] != ds.messages or counts["target_messages"] != ds.messages:
+    counts = report["counts"]
+    if counts["copied_messages"] != messages or counts["target_messages"] != messages:
         raise BenchmarkError(f"copy: {counts['copied_messages']} copied, {counts['target_messages']} on the target, "
-                             f"{ds.messages} expected")
+                             f"{messages} expected")
+    return sync_s, wall, report
+
+
+def method_copy(ds: DataSet, tenant: str, work: Path, slots: int, options: dict[str, Any]) -> dict[str, Any]:
+    """sync_metadata, then replicate_topics in-process; the source topic must hold the data set already."""
+    spec = write_spec(work / f"spec-{tenant}.json", tenant, options)
+    run_dir = work / f"run-{tenant}"
+    sync_s, wall, report = copy_step(spec, run_dir, ds.messages)
+    out: dict[str, Any] = {"load1": load1(), "options": options, "sync_metadata_s": round(sync_s, 3)}
+    counts, details = report["counts"], report["details"]
     parts = details["partitions"]
     copy_s = [p["copy_s"] for p in parts]
     verify_s = [p["verify_s"] for p in parts]

@@ -147,11 +147,15 @@ def log_tail(cluster: LocalCluster, lines: int = 40) -> str:
 
 # -- configuration -----------------------------------------------------------------------------------
 
+def overrides_variable(cluster: LocalCluster) -> str:
+    return "PM_PULSAR_CONF_" + re.sub(r"\W", "_", cluster.name).upper()
+
+
 def extra_overrides(cluster: LocalCluster) -> dict[str, str]:
     """`PM_PULSAR_CONF_<NAME>` (e.g. PM_PULSAR_CONF_CLUSTER_C="key=value,key=value"): broker settings for one
     instance only, for tests of non-default broker behaviour on a throwaway cluster. A comma starts a new
     setting only before `key=`, so a value may hold commas (advertisedListeners=a:pulsar://...,b:pulsar://...)."""
-    raw = os.environ.get("PM_PULSAR_CONF_" + re.sub(r"\W", "_", cluster.name).upper(), "")
+    raw = os.environ.get(overrides_variable(cluster), "")
     pairs = [item.split("=", 1) for item in re.split(r",(?=\s*[A-Za-z][\w.]*=)", raw) if item.strip()]
     return {key.strip(): value.strip() for key, value in pairs}
 
@@ -295,6 +299,21 @@ def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False, timeout_s:
           auth: bool = False) -> list[LocalCluster]:
     """Starts the first `count` clusters not yet running, waits for health, registers them in each other."""
     return start_clusters(local_clusters(count), fresh=fresh, timeout_s=timeout_s, auth=auth)
+
+
+def start_with_overrides(cluster: LocalCluster, settings: str) -> list[LocalCluster]:
+    """Starts the clusters up to `cluster` (start(), its instance count) with `settings` ("key=value,...", see
+    extra_overrides) for `cluster` alone; the environment is as before afterwards."""
+    variable = overrides_variable(cluster)
+    before = os.environ.get(variable)
+    os.environ[variable] = settings
+    try:
+        return start(cluster.index + 1)
+    finally:
+        if before is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = before
 
 
 def start_clusters(clusters: list[LocalCluster], *, fresh: bool = False, timeout_s: float = START_TIMEOUT_S,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import shutil
 import threading
@@ -77,14 +76,10 @@ PROXY_WEB_PORT, PROXY_BROKER_PORT = 18083, 16653
 
 
 def start_cluster_c() -> None:
-    variable = "PM_PULSAR_CONF_CLUSTER_C"
     cluster = pulsar_local.local_clusters(3)[2]
-    os.environ[variable] = "acknowledgmentAtBatchIndexLevelEnabled=true," + pulsar_local.proxied_listener_overrides(
-        cluster, PROXIED_LISTENER, PROXY_BROKER_PORT)
-    try:
-        pulsar_local.start(3)
-    finally:
-        del os.environ[variable]
+    pulsar_local.start_with_overrides(cluster, "acknowledgmentAtBatchIndexLevelEnabled=true,"
+                                      + pulsar_local.proxied_listener_overrides(cluster, PROXIED_LISTENER,
+                                                                                PROXY_BROKER_PORT))
 
 
 @pytest.fixture(scope="module")
