@@ -10,6 +10,7 @@ which carries its source position: they are hashed, not sent again.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import tempfile
 import time
@@ -140,7 +141,9 @@ def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Positio
         return None
     if map_target is not None and map_source is not None and entry == map_target:
         return SourceTag(map_source, -1, 0)
-    tag: SourceTag | None = None
+    tag = chunk_tag(admin, topic, entry)
+    if tag is not None:
+        return tag
     for message, info in read_range(client, topic, None, entry, inclusive_start=entry, cluster=admin.name):
         if info.position != entry:
             continue
@@ -152,6 +155,26 @@ def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Positio
     if tag is None:
         raise ReadError(f"cannot read the last entry {entry} of {topic} on the target")
     return tag
+
+
+def chunk_tag(admin: PulsarAdmin, topic: str, entry: Position) -> SourceTag | None:
+    """The source tag of `entry` when it is a chunk of a chunked message (None otherwise), from one admin read of
+    its stored metadata (every chunk carries the message's properties). A reader started at a chunk after the
+    first drops it ("uncached chunk") and never delivers the message that ends there: the resume point of a
+    target whose last message is chunked stalled for 60 s and failed, on every run."""
+    headers = admin.entry_headers(topic, entry.ledger, entry.entry)
+    chunks = int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0)
+    if chunks <= 1:
+        return None
+    chunk = int(headers.get("X-Pulsar-chunk-id", "-1") or -1)
+    if chunk != chunks - 1:  # the message's later chunks never arrived: it is not on the target whole
+        raise ReadError(f"the last entry {entry} of {topic} on the target is chunk {chunk} of {chunks} of a "
+                        "message whose later chunks are missing (a run stopped inside a chunked message)")
+    text = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}").get(SOURCE_TAG_PROPERTY)
+    if text is None:
+        raise ReadError(f"{topic} on the target holds messages that were not copied from the source "
+                        f"(last entry {entry}, a chunk, has no {SOURCE_TAG_PROPERTY} property)")
+    return SourceTag.decode(text)
 
 
 @dataclass
