@@ -149,8 +149,7 @@ def last_copied(admin: PulsarAdmin, client: Any, topic: str, map_target: Positio
             continue
         text = message.properties().get(SOURCE_TAG_PROPERTY)
         if text is None:
-            raise ReadError(f"{topic} on the target holds messages that were not copied from the source "
-                            f"(last entry {entry} has no {SOURCE_TAG_PROPERTY} property)")
+            raise untagged(topic, entry, "")
         tag = SourceTag.decode(text)
     if tag is None:
         raise ReadError(f"cannot read the last entry {entry} of {topic} on the target")
@@ -172,9 +171,13 @@ def chunk_tag(admin: PulsarAdmin, topic: str, entry: Position) -> SourceTag | No
                         "message whose later chunks are missing (a run stopped inside a chunked message)")
     text = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}").get(SOURCE_TAG_PROPERTY)
     if text is None:
-        raise ReadError(f"{topic} on the target holds messages that were not copied from the source "
-                        f"(last entry {entry}, a chunk, has no {SOURCE_TAG_PROPERTY} property)")
+        raise untagged(topic, entry, ", a chunk,")
     return SourceTag.decode(text)
+
+
+def untagged(topic: str, entry: Position, what: str) -> ReadError:
+    return ReadError(f"{topic} on the target holds messages that were not copied from the source "
+                     f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property)")
 
 
 @dataclass
