@@ -477,18 +477,57 @@ def target_last(task: PartitionTask) -> Position | None:
     return job.target_last if job.target_last_known else task.tgt_admin.last_entry(job.topic)
 
 
-def resume_point(task: PartitionTask) -> Position | None:
+# A property of the target partition's managed ledger, set before the first map rows of it are written: it
+# survives unloads and the trimming of consumed ledgers and goes with the topic when it is deleted. Its value names
+# the source cluster (for whoever finds it).
+COPY_TARGET_PROPERTY = "pulsar-migration.copy-target"
+
+
+def resume_point(task: PartitionTask, *, mark: bool = False) -> Position | None:
     """The last source entry the target already holds (None: nothing of this run's range), capped at the run's
-    bound (a target ahead of it has nothing to receive)."""
+    bound (a target ahead of it has nothing to receive). With a map, the target must still be the topic the map
+    describes (check_same_target); `mark`: a copy follows, so the target is marked first (mark_target)."""
     job = task.job
-    known = (job.target_last,) if job.target_last_known else None
+    if not job.target_exists:
+        return None
+    last = target_last(task)
+    if task.map_target is not None and last != task.map_target:
+        check_same_target(task, last)
+    elif mark and job.upper is not None and job.upper != task.map_source:
+        mark_target(task)
     resumed = last_copied(task.tgt_admin, task.tgt_client, job.topic, task.map_target, task.map_source,
-                          known=known) if job.target_exists else None
+                          known=(last,))
     resume_after = resumed.position if resumed else None
     task.outcome.resumed_after = str(resume_after) if resume_after else None
     if resume_after and job.upper and resume_after > job.upper:
         return job.upper
     return resume_after
+
+
+def check_same_target(task: PartitionTask, last: Position | None) -> None:
+    """The map records entries up to `map_target` on this target partition, and its last entry is another one
+    (new entries after it, or none left). Ledger ids are unique in a cluster, so only the mark (COPY_TARGET_PROPERTY)
+    tells a topic whose consumed ledgers were trimmed from one deleted and created again since: copied into from
+    the map's end, a recreated topic would verify while everything before that end is missing."""
+    job = task.job
+    if COPY_TARGET_PROPERTY in target_properties(task.tgt_admin, job.topic):
+        return
+    raise ReadError(f"{job.topic} on the target is not the topic the position map describes (the map ends at "
+                    f"its entry {task.map_target}, the topic's last entry is {last or 'none'} and it lacks the "
+                    f"{COPY_TARGET_PROPERTY} mark): it was deleted and created again since; copy it into a new run "
+                    "dir")
+
+
+def mark_target(task: PartitionTask) -> None:
+    """Marks the target partition as copied into (once: one read when it already is), before any map row of it."""
+    admin, topic = task.tgt_admin, task.job.topic
+    if COPY_TARGET_PROPERTY not in target_properties(admin, topic):
+        admin.put(f"{admin.topic_path(topic)}/properties", {COPY_TARGET_PROPERTY: task.src_admin.name})
+
+
+def target_properties(admin: PulsarAdmin, topic: str) -> dict[str, str]:
+    """The partition's own (managed ledger) properties."""
+    return admin.get(f"{admin.topic_path(topic)}/properties") or {}
 
 
 @dataclass
@@ -524,9 +563,9 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         outcome.resumed_after = str(resume_after) if resume_after else None
         copied = engine_copied(task, job.engine)
         if copied is None:  # the engine left the rest (from a chunked or encrypted entry) to the Python path
-            resume_after = resume_point(task)
+            resume_after = resume_point(task, mark=True)
     else:
-        resume_after = resume_point(task)
+        resume_after = resume_point(task, mark=not dry_run)
     if copied is None:
         copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
     outcome.copy_s = round(time.monotonic() - started + (job.engine.copy_s if job.engine else 0), 3)
@@ -615,7 +654,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                 average = average_message_bytes(active.src_admin, job.topic)
                 if spec.copy_engine == "auto" and python_path_copies_faster(active.src_admin, job.topic, average):
                     return
-                todo[job.topic] = (job, resume_point(task), receiver_queue_for(average))
+                todo[job.topic] = (job, resume_point(task, mark=True), receiver_queue_for(average))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
