@@ -5,7 +5,8 @@ individually acknowledged ranges. Over the map (one row per target entry, holdin
 subscription's state becomes one boolean per map row and side; the target's wanted cursor follows from the
 source's booleans, and a sync is exact when both sides' booleans agree on every row. Source entries with no
 row (markers, aborted transactions, entries not copied) are never asked about: they deliver nothing.
-A chunked message spans entries from its first to its last chunk; it counts as acknowledged when both are.
+A chunked message spans entries from its first to its last chunk. On the source it counts as acknowledged when
+both ends are; on the target when either is (a consumer assembles it only when it gets all of it).
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ def mark_acked(position_map: DataFrame, cursors: DataFrame, acked: DataFrame, si
     rows = rows.join(hit_last, [*SUB_KEYS, "_l", "_e"], "left").join(hit_first, [*SUB_KEYS, "_fl", "_fe"], "left")
     md_l, md_e = F.col("md_ledger"), F.col("md_entry")
     last_acked = _at_or_before(F.col("_l"), F.col("_e"), md_l, md_e) | F.col("_hit_last").isNotNull()
-    first_acked = (F.col("_fl").isNull() | _at_or_before(F.col("_fl"), F.col("_fe"), md_l, md_e)
-                   | F.col("_hit_first").isNotNull())
+    first_chunk_acked = F.col("_fl").isNotNull() & (_at_or_before(F.col("_fl"), F.col("_fe"), md_l, md_e)
+                                                    | F.col("_hit_first").isNotNull())
+    # The target side is judged by what a consumer gets: a chunked message with its first or its last chunk
+    # acknowledged is never assembled, so it counts as acknowledged (a cursor reset to its last chunk loses it).
+    acked = (last_acked | first_chunk_acked) if side == "target" else (
+        last_acked & (F.col("_fl").isNull() | first_chunk_acked))
     return rows.select(*SUB_KEYS, "target_ledger", "target_entry", "target_first_chunk", "source_ledger",
-                       "source_entry", "source_messages", "target_messages",
-                       (last_acked & first_acked).alias("acked"))
+                       "source_entry", "source_messages", "target_messages", acked.alias("acked"))
 
 
 def _target_position() -> Column:
@@ -91,20 +95,25 @@ def target_plan(source_marked: DataFrame) -> tuple[DataFrame, DataFrame]:
     topic, subscription, ledger, entry; a chunked message's every chunk entry). A subscription whose map
     rows are all acknowledged is reset past its last mapped entry and needs no individual acks."""
     pos = _target_position()
-    first_unacked = source_marked.groupBy(*SUB_KEYS).agg(F.min(F.when(~F.col("acked"), pos)).alias("first_unacked"))
+    first = F.split(F.col("target_first_chunk"), ":")
+    first_ledger, first_entry = first.getItem(0).cast("long"), first.getItem(1).cast("long")
+    # Where the row's message starts: a chunked message at its first chunk (a cursor reset to its last chunk would
+    # deliver that chunk alone, which consumers drop).
+    start = F.when(F.col("target_first_chunk").isNull(), pos).otherwise(
+        F.struct(first_ledger.alias("ledger"), first_entry.alias("entry")))
+    first_unacked = source_marked.groupBy(*SUB_KEYS).agg(
+        F.min(F.when(~F.col("acked"), F.struct(pos.alias("pos"), start.alias("start")))).alias("first_unacked"))
     rows = source_marked.join(first_unacked, SUB_KEYS).withColumn(
-        "in_prefix", F.col("first_unacked").isNull() | (pos < F.col("first_unacked")))
+        "in_prefix", F.col("first_unacked").isNull() | (pos < F.col("first_unacked.pos")))
     plan = rows.groupBy(*SUB_KEYS).agg(
         F.max(F.when(F.col("in_prefix"), pos)).alias("prefix_end"), F.first("first_unacked").alias("first_unacked"),
         F.sum(F.when(F.col("acked") & ~F.col("in_prefix"), 1).otherwise(0)).alias("individual_acks"))
     plan = plan.select(
         *SUB_KEYS,
-        F.coalesce(F.col("prefix_end.ledger"), F.col("first_unacked.ledger")).alias("reset_ledger"),
-        F.coalesce(F.col("prefix_end.entry"), F.col("first_unacked.entry")).alias("reset_entry"),
+        F.coalesce(F.col("prefix_end.ledger"), F.col("first_unacked.start.ledger")).alias("reset_ledger"),
+        F.coalesce(F.col("prefix_end.entry"), F.col("first_unacked.start.entry")).alias("reset_entry"),
         F.col("prefix_end").isNotNull().alias("excluded"),
         F.col("individual_acks").cast("long").alias("individual_acks"))
-    first = F.split(F.col("target_first_chunk"), ":")
-    first_ledger, first_entry = first.getItem(0).cast("long"), first.getItem(1).cast("long")
     entries = (F.when(F.col("target_first_chunk").isNull(), F.array(F.col("target_entry")))
                .when(first_ledger == F.col("target_ledger"), F.sequence(first_entry, F.col("target_entry")))
                .otherwise(F.array(F.col("target_entry"))))

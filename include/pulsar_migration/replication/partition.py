@@ -160,19 +160,43 @@ def chunk_tag(admin: PulsarAdmin, topic: str, entry: Position) -> SourceTag | No
     """The source tag of `entry` when it is a chunk of a chunked message (None otherwise), from one admin read of
     its stored metadata (every chunk carries the message's properties). A reader started at a chunk after the
     first drops it ("uncached chunk") and never delivers the message that ends there: the resume point of a
-    target whose last message is chunked stalled for 60 s and failed, on every run."""
+    target whose last message is chunked stalled for 60 s and failed, on every run.
+
+    A chunk before the message's last one is what a run stopped inside that message left: the rest never came,
+    so the message is not on the target (IncompleteMessage). Pulsar's consumers drop (and acknowledge) such an
+    incomplete message, as after a producer's crash, and the broker's deduplication checks a chunked message at
+    its last chunk only: the copy sends it again whole (resume_point)."""
     headers = admin.entry_headers(topic, entry.ledger, entry.entry)
     chunks = int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0)
     if chunks <= 1:
         return None
-    chunk = int(headers.get("X-Pulsar-chunk-id", "-1") or -1)
-    if chunk != chunks - 1:  # the message's later chunks never arrived: it is not on the target whole
-        raise ReadError(f"the last entry {entry} of {topic} on the target is chunk {chunk} of {chunks} of a "
-                        "message whose later chunks are missing (a run stopped inside a chunked message)")
     text = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}").get(SOURCE_TAG_PROPERTY)
     if text is None:
         raise untagged(topic, entry, ", a chunk,")
-    return SourceTag.decode(text)
+    tag = SourceTag.decode(text)
+    chunk = int(headers.get("X-Pulsar-chunk-id", "-1") or -1)
+    if chunk != chunks - 1:
+        log.info("%s: the target's last entry %s is chunk %d of %d of the message from source %s, whose later "
+                 "chunks are missing (a run stopped inside it): it is sent again whole", topic, entry, chunk,
+                 chunks, tag.position)
+        return IncompleteMessage(tag.position, tag.batch_index, tag.batch_size, tag.first_chunk, stored_until=entry)
+    return tag
+
+
+@dataclass(frozen=True)
+class IncompleteMessage(SourceTag):
+    """A chunked message of which the target holds only the first chunks, up to `stored_until`."""
+
+    stored_until: Position | None = None
+
+    @property
+    def resend_suffix(self) -> str:
+        """Added to the copy's producer name for the message's second sending. Clients name a chunked message by
+        producer name and sequence id: the C++ client (Python 3.13) drops a message whose first chunk comes
+        again under the same name (pulsar-client-cpp#587), and a message sent again under the same name would
+        never be delivered. One name per stop (where its chunks end) keeps a second stop inside it apart too."""
+        assert self.stored_until is not None
+        return f"-resent-{self.stored_until.ledger}.{self.stored_until.entry}"
 
 
 def untagged(topic: str, entry: Position, what: str) -> ReadError:
@@ -393,6 +417,8 @@ class PartitionTask:
     src_client: Any
     tgt_client: Any
     spec: MigrationSpec | None = None
+    # Source messages to send under a producer name of their own (IncompleteMessage.resend_suffix).
+    resend_suffixes: dict[Position, str] = field(default_factory=dict)
 
     @property
     def map_target(self) -> Position | None:
@@ -498,6 +524,11 @@ def resume_point(task: PartitionTask, *, mark: bool = False) -> Position | None:
     resumed = last_copied(task.tgt_admin, task.tgt_client, job.topic, task.map_target, task.map_source,
                           known=(last,))
     resume_after = resumed.position if resumed else None
+    if isinstance(resumed, IncompleteMessage):
+        # Just before the message's last source entry (where its id is): every message the target holds whole was
+        # sent before it, so it completed before it on the source.
+        resume_after = Position(resumed.position.ledger, resumed.position.entry - 1)
+        task.resend_suffixes[resumed.position] = resumed.resend_suffix
     task.outcome.resumed_after = str(resume_after) if resume_after else None
     if resume_after and job.upper and resume_after > job.upper:
         return job.upper
@@ -791,7 +822,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
         deliver_at_for=delivery_time_lookup(headers_of, delivery_horizon_s, outcome),
         on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None,
-        cluster=tgt_admin.name)
+        cluster=tgt_admin.name, resend_suffixes=task.resend_suffixes)
     wanted = headers_wanted(delivery_horizon_s, keep_identity=job.keep_identity)
 
     def prefetch(message: Any, info: MessageIdInfo) -> None:

@@ -9,6 +9,9 @@
 * Every message of a source entry carries the sequence id derived from the entry's position
   (positions.sequence_id), increasing over the partition: with deduplication on the target, a
   re-send after a kill or a retry is dropped by the broker instead of stored twice.
+* `resend_suffixes`: source messages sent under the producer name with a suffix, a chunked message a stopped run
+  left incomplete on the target (partition.IncompleteMessage): under its first name its chunks would come again
+  under the same chunk uuid, which the C++ consumer cannot assemble.
 * With `identity_for` (the cutover's final delta), messages keep their source producer's name and
   sequence ids instead: the target's dedup then knows those producers, so a client that re-sends its
   unacknowledged messages to the target after the switch gets the ones already copied dropped as
@@ -117,7 +120,7 @@ class EntrySender:
                  schema_for: Callable[[int], Any], deliver_at_for: Callable[[Any, MessageIdInfo], int | None],
                  on_receipt: Callable[[SourceTag, MessageIdInfo], None],
                  identity_for: Callable[[Any, MessageIdInfo], tuple[str, int]] | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, resend_suffixes: dict[Position, str] | None = None) -> None:
         self.client = client
         self.topic = topic
         self.where = f"{topic} in cluster {cluster}" if cluster else topic  # for error lines
@@ -128,6 +131,7 @@ class EntrySender:
         self._deliver_at_for = deliver_at_for
         self._on_receipt = on_receipt
         self._identity_for = identity_for
+        self._resend_suffixes = resend_suffixes or {}
         self._producers: dict[tuple[int | None, bool, str | None], Any] = {}
         self._current: tuple[int | None, bool, str | None] | None = None
         self._lock = threading.Lock()
@@ -167,7 +171,9 @@ class EntrySender:
 
         self.raise_if_failed()
         identity = self._identity_for(message, info) if self._identity_for else None
-        key = (schema_version, info.batched, identity[0] if identity else None)
+        suffix = self._resend_suffixes.get(info.position)
+        name = producer_name(self.topic, schema_version, info.batched) + suffix if suffix else None
+        key = (schema_version, info.batched, identity[0] if identity else name)
         if key != self._current:
             if self._current is not None:
                 self.drain()
