@@ -16,6 +16,7 @@ import contextlib
 import json
 import random
 import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ import pulsar
 import pytest
 from localdev import processes, pulsar_local
 from localdev.faulty_proxy import FaultyProxy
+from localdev.pulsar_dist import pulsar_home
 from localdev.pulsar_local import LocalCluster, LocalClusterError
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
@@ -34,6 +36,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, replicate
+from tests.integration.replication_helpers import drain as drain_reader
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_sync_progress import progress_report, receive_all, sync
 
@@ -73,6 +76,63 @@ BATCHES, BATCH = 100, 10
 # it (the spec's listener_name) reaches the broker only through the proxy, lookups and data alike.
 PROXIED_LISTENER = "proxied"
 PROXY_WEB_PORT, PROXY_BROKER_PORT = 18083, 16653
+
+
+TRANSACTIONAL_PRODUCE = Path(pulsar_local.__file__).parent / "java" / "TransactionalProduce.java"
+
+
+def transactional_produce(cluster: LocalCluster, topic: str, rounds: int) -> None:
+    """Per round through the Java client: a message outside any transaction (plain-i), one in a transaction that
+    commits (committed-i), one in a transaction that aborts (aborted-i): the topic ends with an abort marker."""
+    home = pulsar_home()
+    done = subprocess.run(["java", "-cp", f"{home}/lib/*", str(TRANSACTIONAL_PRODUCE), cluster.service_url, topic,
+                           str(rounds)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
+    cluster_c: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+) -> None:
+    """A source broker with transactions: the copy takes what consumers get (plain and committed messages) and
+    ends although the partition's last stored entry (the run's bound) is a marker no reader is given: the engine
+    waited for it and failed every run."""
+    pulsar_local.start_with_overrides(cluster_c, "transactionCoordinatorEnabled=true")
+    admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
+    tenant = unique("it-txn")
+    admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
+    admin_c.put(f"/namespaces/{tenant}/ns")
+    admin_c.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    topic = f"persistent://{tenant}/ns/t"
+    parts = [f"{topic}-partition-{i}" for i in range(2)]
+    try:
+        transactional_produce(cluster_c, parts[0], 5)
+        transactional_produce(cluster_c, parts[1], 3)
+        last = admin_c.last_entry(parts[0])
+        assert admin_c.entry_headers(parts[0], last.ledger, last.entry).get("X-Pulsar-marker-type"), "the premise"
+
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        for part, rounds in zip(parts, (5, 3), strict=True):
+            expected = [f"{kind}-{i}".encode() for i in range(rounds) for kind in ("plain", "committed")]
+            assert [m["data"] for m in drain_reader(cluster_c, part)] == expected  # what the source delivers
+            assert [m["data"] for m in drain_reader(cluster_b, part)] == expected
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["mapped_entries"] == 16
+
+        # Again after more rounds, on the Python path this time (the cutover's final delta always takes it).
+        transactional_produce(cluster_c, parts[0], 2)
+        python_spec = write_spec(tmp_path / "python.json", tenant, cluster_c, cluster_b,
+                                 options={"copy_engine": "python"})
+        assert replicate(python_spec, run_dir) == 0
+        expected = [f"{kind}-{i}".encode() for i in (*range(5), *range(2)) for kind in ("plain", "committed")]
+        assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected
+        assert replicate(spec, run_dir) == 0  # and a run with nothing new ends too
+    finally:
+        for admin in (admin_c, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        admin_c.close()
 
 
 def start_cluster_c() -> None:
