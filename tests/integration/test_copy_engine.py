@@ -63,6 +63,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     deliver_at = int(time.time() * 1000) + 3_600_000
     unbatched.send(b"delayed", deliver_at=deliver_at)
     unbatched.send(b"after")
+    unbatched.send(b"w" * (7 * 1024 * 1024))  # over the broker's 5 MiB once decompressed: the engine compresses it
     large = c.create_producer(f"persistent://{tenant}/ns/large", batching_enabled=True, batching_max_messages=4,
                               batching_max_publish_delay_ms=50, block_if_queue_full=True)
     for i in range(20):  # batches of 12 KiB messages: under copy_engine auto the Python path copies them
@@ -88,7 +89,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python",
                            "wide": "java"}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
-        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 302 + 20 + 20
+        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 303 + 20 + 20
         # the engine reads delivery times from the entries; the Python path looks up unbatched entries only
         assert rep["counts"]["delivery_time_lookups"] == 0 and rep["counts"]["delayed_messages"] == 1
         # The engine's read-back of the target against the Python client's read-back of the same range.
@@ -119,6 +120,9 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         # The copies' producers are the Python path's (the target's dedup state is shared by both paths).
         headers = admin_b.entry_headers(f"persistent://{tenant}/ns/zstd", *delayed["entry"])
         producers = {headers["X-Pulsar-producer-name"]}
+        large_one = next(m for m in zstd if len(m["data"]) > 5 * 1024 * 1024)
+        stored = admin_b.entry_headers(f"persistent://{tenant}/ns/zstd", *large_one["entry"])
+        assert stored["X-Pulsar-compression"] == "ZSTD" and stored["X-Pulsar-uncompressed-size"] == str(7 * 1024 * 1024)
         assert all(name.startswith("pm-copy-") for name in producers)
 
         assert step(spec, tmp_path / "run") == 0  # a re-run finds nothing new

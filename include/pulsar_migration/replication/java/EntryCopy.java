@@ -86,6 +86,8 @@ public final class EntryCopy {
     static final int LEDGER_BITS = 38;  // as positions.LEDGER_BITS: 39 would take the last position past 2^63 - 1
     static final long SEND_TIMEOUT_MS = 30_000;
     static final long IDLE_CHECK_MS = 5_000;
+    // Below the broker's default maxMessageSize (5 MiB) by room for the metadata and the added properties.
+    static final int RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024;
     static final long STALL_LIMIT_MS = 60_000;
     static final ObjectMapper JSON = new ObjectMapper();
     static final byte[] EMPTY = new byte[0];
@@ -863,8 +865,10 @@ public final class EntryCopy {
             return true;
         }
         long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
-        String name = producerPrefix + (batched ? "b" : "u") + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion));
-        Producer<byte[]> producer = producer(tgt, name, schemaVersion);
+        CompressionType recompress = recompression(md, body.readableBytes());
+        String name = producerPrefix + (batched ? "b" : "u") + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion))
+                + (recompress == CompressionType.NONE ? "" : "z" + recompress.name().toLowerCase());
+        Producer<byte[]> producer = producer(tgt, name, schemaVersion, recompress);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
         long waitStart = System.nanoTime();
@@ -947,7 +951,18 @@ public final class EntryCopy {
         return System.nanoTime() - sentAt[(int) (read % SENT_TIMES)] > MAX_READ_BACK_AGE_MS * 1_000_000;
     }
 
-    Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion) throws Exception {
+    /**
+     * The codec to compress an entry with again: none (entries go decompressed, which costs no CPU) unless the
+     * decompressed entry would exceed the broker's message size, which the source's compressed one did not. The
+     * broker refused such an entry on every run ("exceeds 5242880 bytes"); in the source's codec it fits as before.
+     */
+    static CompressionType recompression(MessageMetadata md, int decompressedBytes) {
+        boolean compressed = md.hasCompression() && md.getCompression() != CompressionType.NONE;
+        return compressed && decompressedBytes > RECOMPRESS_ABOVE_BYTES ? md.getCompression() : CompressionType.NONE;
+    }
+
+    Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion, CompressionType compression)
+            throws Exception {
         if (!name.equals(currentProducer) && currentProducer != null) {
             drain();  // order across producers: the previous one's entries are stored first
         }
@@ -958,6 +973,7 @@ public final class EntryCopy {
             try {
                 producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
                         .enableChunking(false).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                        .compressionType(org.apache.pulsar.client.api.CompressionType.valueOf(compression.name()))
                         .maxPendingMessages(Math.max(2 * maxInFlight, 1000)).blockIfQueueFull(true).create();
             } catch (Exception e) {
                 throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(e));
