@@ -119,6 +119,9 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
             assert [m["data"] for m in drain_reader(cluster_c, part)] == expected  # what the source delivers
             assert [m["data"] for m in drain_reader(cluster_b, part)] == expected
         assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["mapped_entries"] == 16
+        # Nothing new: past the map's end the partitions hold only markers and aborted messages (looked up).
+        assert replicate(spec, run_dir) == 0
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
 
         # Again after more rounds, on the Python path this time (the cutover's final delta always takes it).
         transactional_produce(cluster_c, parts[0], 2)
@@ -127,7 +130,8 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
         assert replicate(python_spec, run_dir) == 0
         expected = [f"{kind}-{i}".encode() for i in (*range(5), *range(2)) for kind in ("plain", "committed")]
         assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected
-        assert replicate(spec, run_dir) == 0  # and a run with nothing new ends too
+        assert replicate(spec, run_dir) == 0  # and a run with nothing new finds both partitions unchanged
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
     finally:
         for admin in (admin_c, admin_b):
             if tenant in admin.get("/tenants"):

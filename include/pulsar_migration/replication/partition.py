@@ -493,9 +493,28 @@ def unchanged_since_map(task: PartitionTask) -> bool:
     verified everything up to it, so there is nothing to copy or to read back. One admin call, where the full
     path opens three readers and a producer (the cutover's final delta pays that for every partition while
     the tenant's clients are held)."""
-    job = task.job
-    return (job.target_exists and job.upper is not None and job.upper == task.map_source
-            and task.map_target is not None and target_last(task) == task.map_target)
+    job, map_source = task.job, task.map_source
+    if not (job.target_exists and job.upper is not None and map_source is not None and task.map_target is not None
+            and job.upper >= map_source and target_last(task) == task.map_target):
+        return False
+    return job.upper == map_source or only_undeliverable_after(task.src_admin, job.topic, map_source, job.upper)
+
+
+UNDELIVERABLE_LOOKUPS = 8  # entries looked up one by one at most (a transaction's tail holds one or two)
+
+
+def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, upper: Position) -> bool:
+    """Whether every source entry in (after, upper] is one no consumer is given: a transaction marker or a message
+    of an aborted transaction (a short tail in one ledger, entry by entry through the admin API). A partition
+    written in transactions ends in a marker when it is quiet, beyond the map's last entry: without this it
+    went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there."""
+    if upper.ledger != after.ledger or not 0 < upper.entry - after.entry <= UNDELIVERABLE_LOOKUPS:
+        return False
+    for entry in range(after.entry + 1, upper.entry + 1):
+        headers = admin.entry_headers(topic, upper.ledger, entry)
+        if "X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true":
+            return False
+    return True
 
 
 def target_last(task: PartitionTask) -> Position | None:
