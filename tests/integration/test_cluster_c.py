@@ -31,6 +31,9 @@ from localdev.pulsar_dist import pulsar_home
 from localdev.pulsar_local import LocalCluster, LocalClusterError
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.replication import posmap
+from pulsar_migration.replication.partition import PartitionJob, copy_partition
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
@@ -132,6 +135,26 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
         assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected
         assert replicate(spec, run_dir) == 0  # and a run with nothing new finds both partitions unchanged
         assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
+
+        # A transaction left open holds back what follows it: a run copies up to it; the cutover's final delta (fenced)
+        # must not end there, since clients move to the target after it.
+        held = subprocess.Popen(["java", "-cp", f"{pulsar_home()}/lib/*", str(TRANSACTIONAL_PRODUCE),
+                                 cluster_c.service_url, parts[1], "0", "open"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert held.stdout is not None
+            assert any(line.strip() == "READY" for line in held.stdout)  # the client logs to stdout too
+            assert replicate(spec, run_dir) == 0
+            assert [m["data"] for m in drain_reader(cluster_b, parts[1])][-1] == b"committed-2"  # nothing held back
+            end = posmap.ends_local(str(run_dir))[parts[1]]
+            job = PartitionJob(parts[1], "ns/t", 1, admin_c.last_entry(parts[1]), (end.target, end.source),
+                               fenced=True)
+            outcome, rows = copy_partition(MigrationSpec.load(str(spec)), job, dry_run=False, max_in_flight=100,
+                                           delivery_horizon_s=0)
+            assert outcome.status == "failed" and "before the source's end" in (outcome.error or ""), outcome.error
+            assert rows == []
+        finally:
+            held.kill()
+            held.wait(timeout=30)
     finally:
         for admin in (admin_c, admin_b):
             if tenant in admin.get("/tenants"):

@@ -1,6 +1,8 @@
 // Produces ROUNDS rounds on TOPIC through the Java client with transactions: per round one message outside any
 // transaction, one in a transaction that commits and one in a transaction that aborts (so the topic ends with an
 // abort marker). Payloads: plain-<i>, committed-<i>, aborted-<i>. For tests of what a copy leaves out.
+// With a fourth argument `open`: then one message (open-0) in a transaction left open and one outside it after it
+// (after-open), "READY" printed, and the process waits to be killed (the transaction times out in 5 minutes).
 // Run with the distribution's lib/ on the class path:  java -cp 'lib/*' TransactionalProduce.java URL TOPIC ROUNDS
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.TimeUnit;
@@ -22,6 +24,14 @@ public class TransactionalProduce {
                 Transaction aborted = client.newTransaction().withTransactionTimeout(5, TimeUnit.MINUTES).build().get();
                 producer.newMessage(aborted).value(bytes("aborted-" + i)).send();
                 aborted.abort().get();
+            }
+            if (args.length > 3 && args[3].equals("open")) {
+                Transaction open = client.newTransaction().withTransactionTimeout(5, TimeUnit.MINUTES).build().get();
+                producer.newMessage(open).value(bytes("open-0")).send();
+                producer.send(bytes("after-open"));
+                System.out.println("READY");
+                System.out.flush();
+                Thread.sleep(TimeUnit.MINUTES.toMillis(10));
             }
         }
     }

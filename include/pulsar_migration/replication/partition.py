@@ -854,10 +854,12 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     by_engine = outcome.copied_messages, outcome.copied_entries, outcome.copied_bytes, outcome.deduplicated
     if sender is not None:
         outcome.copy_engine = "python" if outcome.copy_engine is None else outcome.copy_engine
+    last_read = task.map_source
     try:
         if job.upper is not None:
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
+                last_read = info.position
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if resume_after is not None and info.position <= resume_after:
                     skipped += 1
@@ -869,6 +871,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                     continue
                 sender.send(message, info, schema_version_of(message))
         check_source_intact(src_admin, job)
+        if job.fenced:
+            check_read_to_bound(src_admin, job, last_read)
         if sender is not None:
             sender.drain()
             stats = sender.stats
@@ -915,6 +919,20 @@ def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
     if Position(int(last.get("ledgerId", -1)), int(last.get("entryId", -1))) < job.upper:
         raise ReadError(f"{job.topic} on the source ends before this run's bound {job.upper}: it was deleted or "
                         "truncated during the run")
+
+
+def check_read_to_bound(admin: PulsarAdmin, job: PartitionJob, last_read: Position | None) -> None:
+    """The cutover's final delta must end at the source's end: clients move to the target after it. A reader stops
+    short of the bound when the rest is not deliverable yet (messages behind an open transaction, which become
+    deliverable when it ends) or when it took "no more" for the end (read_range's END_CONFIRM_S): either way what
+    it left would be missing on the target. Only transaction markers and aborted messages may be left."""
+    if job.upper is None or (last_read is not None and last_read >= job.upper):
+        return
+    if last_read is not None and only_undeliverable_after(admin, job.topic, last_read, job.upper):
+        return
+    raise ReadError(f"{job.topic}: the source read ended at {last_read or 'its start'}, before the source's end "
+                    f"{job.upper}, and what lies between is not only transaction markers and aborted messages (an "
+                    "open transaction holds messages back?): the final delta would leave them behind")
 
 
 def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
