@@ -17,7 +17,10 @@ from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.positions import Position, sequence_id
+from pulsar_migration.replication import posmap
+from pulsar_migration.replication.partition import PartitionJob, copy_partition
 from pulsar_migration.replication.sending import producer_name
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
@@ -118,5 +121,21 @@ def test_a_run_stopped_inside_a_chunked_message_resends_it_whole(
 
         assert step(spec, run_dir) == 0  # and nothing more on the next run
         assert report(run_dir)["counts"]["copied_messages"] == 0
+
+        # A source producer stopped inside a message (the cutover's fence can do that): its first chunks end the
+        # source, no consumer is given them, and they are not a change: neither a run nor the fenced final delta
+        # (which must reach the source's end) waits for them or fails on them.
+        stop_inside_message(cluster_a, admin_a, topic, "crashed-producer", 1, {"kind": "never-whole"})
+        end = admin_a.last_entry(topic)
+        headers = admin_a.entry_headers(topic, end.ledger, end.entry)
+        assert int(headers["X-Pulsar-chunk-id"]) < int(headers["X-Pulsar-num-chunks-from-msg"]) - 1  # the premise
+        assert step(spec, run_dir) == 0
+        assert report(run_dir)["counts"]["partitions_unchanged"] == 1
+        mapped = posmap.ends_local(str(run_dir))[topic]
+        job = PartitionJob(topic, "ns/t", -1, end, (mapped.target, mapped.source), fenced=True)
+        outcome, _ = copy_partition(MigrationSpec.load(str(spec)), job, dry_run=False, max_in_flight=100,
+                                    delivery_horizon_s=0)
+        assert outcome.status == "ok" and outcome.copied_messages == 0, outcome.error
+        assert len(drain(cluster_b, topic)) == 36
     finally:
         cleanup(tenant, admin_a, admin_b)

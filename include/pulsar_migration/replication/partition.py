@@ -504,15 +504,20 @@ UNDELIVERABLE_LOOKUPS = 8  # entries looked up one by one at most (a transaction
 
 
 def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, upper: Position) -> bool:
-    """Whether every source entry in (after, upper] is one no consumer is given: a transaction marker or a message
-    of an aborted transaction (a short tail in one ledger, entry by entry through the admin API). A partition
+    """Whether every source entry in (after, upper] is one no consumer is given on its own: a transaction marker, a
+    message of an aborted transaction, or a chunk before a message's last one (with no last chunk in the range,
+    the chunks of a producer stopped inside a message, e.g. by the cutover's fence: it sends the message again
+    whole wherever it reconnects). A short tail in one ledger, entry by entry through the admin API. A partition
     written in transactions ends in a marker when it is quiet, beyond the map's last entry: without this it
     went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there."""
     if upper.ledger != after.ledger or not 0 < upper.entry - after.entry <= UNDELIVERABLE_LOOKUPS:
         return False
     for entry in range(after.entry + 1, upper.entry + 1):
         headers = admin.entry_headers(topic, upper.ledger, entry)
-        if "X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true":
+        chunks = int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0)
+        first_chunks = chunks > 1 and int(headers.get("X-Pulsar-chunk-id", "-1") or -1) < chunks - 1
+        if ("X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true"
+                and not first_chunks):
             return False
     return True
 
@@ -925,14 +930,16 @@ def check_read_to_bound(admin: PulsarAdmin, job: PartitionJob, last_read: Positi
     """The cutover's final delta must end at the source's end: clients move to the target after it. A reader stops
     short of the bound when the rest is not deliverable yet (messages behind an open transaction, which become
     deliverable when it ends) or when it took "no more" for the end (read_range's END_CONFIRM_S): either way what
-    it left would be missing on the target. Only transaction markers and aborted messages may be left."""
+    it left would be missing on the target. Only transaction markers, aborted messages and the first chunks of a
+    message whose last chunk never came may be left (only_undeliverable_after)."""
     if job.upper is None or (last_read is not None and last_read >= job.upper):
         return
     if last_read is not None and only_undeliverable_after(admin, job.topic, last_read, job.upper):
         return
     raise ReadError(f"{job.topic}: the source read ended at {last_read or 'its start'}, before the source's end "
-                    f"{job.upper}, and what lies between is not only transaction markers and aborted messages (an "
-                    "open transaction holds messages back?): the final delta would leave them behind")
+                    f"{job.upper}, and what lies between is not only transaction markers, aborted messages or "
+                    "incomplete chunks (an open transaction holds messages back?): the final delta would leave them "
+                    "behind")
 
 
 def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
