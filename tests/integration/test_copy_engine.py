@@ -12,6 +12,7 @@ that no copy wrote must fail the engine's read-back.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -34,6 +35,9 @@ from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_topics import cleanup, content, partitions, shape
 
+log = logging.getLogger(__name__)
+BIG_BATCH = 40_000
+
 
 def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
@@ -41,13 +45,14 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
 ) -> None:
     assert engine.unavailable_reason() is None  # the development set-up has a JDK and the Pulsar distribution
     tenant = unique("it-engine")
-    topics = {"ns/lz4": 2, "ns/zstd": 0, "ns/large": 0, "ns/wide": 0}
+    topics = {"ns/lz4": 2, "ns/zstd": 0, "ns/large": 0, "ns/wide": 0, "ns/big": 0}
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
     admin_a.put(f"/persistent/{tenant}/ns/lz4/partitions", 2)
     admin_a.put(f"/persistent/{tenant}/ns/zstd")
     admin_a.put(f"/persistent/{tenant}/ns/large")
     admin_a.put(f"/persistent/{tenant}/ns/wide")
+    admin_a.put(f"/persistent/{tenant}/ns/big")
     c = client(cluster_a)
     batched = c.create_producer(f"persistent://{tenant}/ns/lz4", compression_type=pulsar.CompressionType.LZ4,
                                 batching_enabled=True, batching_max_messages=100, batching_max_publish_delay_ms=20,
@@ -72,6 +77,15 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     wide = c.create_producer(f"persistent://{tenant}/ns/wide", batching_enabled=False)
     for i in range(20):  # unbatched 12 KiB messages: the engine copies them
         wide.send(bytes([i]) * 12_288)
+    # One uncompressed batch of 40,000 small messages, under the broker's 5 MiB as stored but over it once every
+    # message carries the two added properties: the engine sends it LZ4-compressed (refused on every run before).
+    big = c.create_producer(f"persistent://{tenant}/ns/big", batching_enabled=True, batching_max_messages=BIG_BATCH,
+                            batching_max_allowed_size_in_bytes=5_000_000, batching_max_publish_delay_ms=60_000,
+                            max_pending_messages=BIG_BATCH, block_if_queue_full=True)
+    for i in range(BIG_BATCH):
+        big.send_async(f'{{"sensor": {i % 500}, "reading": {i * 7919 % 100_000}, "unit": "celsius", '
+                       f'"site": "eu-west-{i % 3}"}}'.encode(), None)
+    big.flush()
     c.close()
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     try:
@@ -85,16 +99,18 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         parts = {p["topic"]: p for p in rep["details"]["partitions"]}
         engines = {t.rsplit("/", 1)[1]: p["copy_engine"] for t, p in parts.items()}
         batched = {t.rsplit("/", 1)[1] for t, p in parts.items() if p["source_entries"] < p["source_messages"]}
-        assert batched == {"lz4-partition-0", "lz4-partition-1", "large"}  # the producers really batched
+        assert batched == {"lz4-partition-0", "lz4-partition-1", "large", "big"}  # the producers really batched
+        assert parts[f"persistent://{tenant}/ns/big"]["source_entries"] == 1
         assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python",
-                           "wide": "java"}
+                           "wide": "java", "big": "java"}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
-        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 303 + 20 + 20
+        assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 303 + 20 + 20 + BIG_BATCH
         # the engine reads delivery times from the entries; the Python path looks up unbatched entries only
         assert rep["counts"]["delivery_time_lookups"] == 0 and rep["counts"]["delayed_messages"] == 1
         # The engine's read-back of the target against the Python client's read-back of the same range.
         assert {t.rsplit("/", 1)[1]: p["verified_by"] for t, p in parts.items()} == {
-            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python", "wide": "java"}
+            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python", "wide": "java",
+            "big": "java"}
         rows = posmap.read_local(str(tmp_path / "run"))
         python_client = client(cluster_b)
         try:
@@ -124,10 +140,16 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         stored = admin_b.entry_headers(f"persistent://{tenant}/ns/zstd", *large_one["entry"])
         assert stored["X-Pulsar-compression"] == "ZSTD" and stored["X-Pulsar-uncompressed-size"] == str(7 * 1024 * 1024)
         assert all(name.startswith("pm-copy-") for name in producers)
+        big_topic = f"persistent://{tenant}/ns/big"
+        big_source, big_target = (admin.entry_headers(big_topic, entry.ledger, entry.entry)
+                                  for admin in (admin_a, admin_b) for entry in [admin.last_entry(big_topic)])
+        log.info("the big batch: source %s, target %s", big_source, big_target)
+        assert "X-Pulsar-compression" not in big_source and big_target["X-Pulsar-compression"] == "LZ4"
+        assert int(big_target["X-Pulsar-uncompressed-size"]) > 5 * 1024 * 1024
 
         assert step(spec, tmp_path / "run") == 0  # a re-run finds nothing new
         again = report(tmp_path / "run")
-        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 5
+        assert again["counts"]["copied_messages"] == 0 and again["counts"]["partitions_unchanged"] == 6
     finally:
         cleanup(tenant, admin_a, admin_b)
 

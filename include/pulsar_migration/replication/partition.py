@@ -862,7 +862,9 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     last_read = task.map_source
     try:
         if job.upper is not None:
-            entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name)
+            upper = job.upper
+            entries = read_range(src_client, job.topic, task.map_source, upper, cluster=src_admin.name,
+                                 rest_undeliverable=lambda p: only_undeliverable_after(src_admin, job.topic, p, upper))
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
                 source_hash.add(message, new_entry=info.batch_index <= 0)

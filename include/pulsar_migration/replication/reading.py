@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pulsar_migration.positions import MessageIdInfo, Position
@@ -27,7 +27,8 @@ class ReadError(RuntimeError):
 
 def read_range(client: Any, topic: str, after: Position | None, until: Position | None = None,
                *, inclusive_start: Position | None = None,
-               expect_end: Position | None = None, cluster: str | None = None
+               expect_end: Position | None = None, cluster: str | None = None,
+               rest_undeliverable: Callable[[Position], bool] | None = None
                ) -> Iterator[tuple[Any, MessageIdInfo]]:
     """Messages of `topic` whose entry is > `after` and <= `until` (None: up to the end the broker
     reports when the reader runs dry), in order, with their parsed ids.
@@ -38,7 +39,9 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
     A reader whose connection was just cut can say "no more" too early and deliver a message again after it
     reconnects. So a message at or before one already read is dropped, and "no more" is believed before an
     entry at or past `expect_end` (default `until`) was read only once it has held for END_CONFIRM_S; then
-    the range ends there and the caller's counts and hashes judge it. Errors name `cluster` when given.
+    the range ends there and the caller's counts and hashes judge it. `rest_undeliverable(p)` (asked once per
+    place) may end it at once: nothing after `p` up to the end is an entry a reader is given (a source range
+    ending in a transaction marker waited out END_CONFIRM_S otherwise). Errors name `cluster` when given.
     """
     import pulsar
 
@@ -57,6 +60,7 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
         failing_since: float | None = None
         last_read: tuple[int, int, int] | None = None
         previous: MessageIdInfo | None = None
+        asked_at: Position | None = None
         while True:
             # Asked before every read, not after a timed-out one: the client answers from the broker's last
             # id it has cached while that is ahead, so only the end costs a round trip, never a poll wait.
@@ -72,6 +76,14 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             if not more:
                 if end is None or (last_read is not None and Position(*last_read[:2]) >= end):
                     return
+                read_to = Position(*last_read[:2]) if last_read is not None else after
+                if rest_undeliverable is not None and read_to is not None and read_to != asked_at:
+                    asked_at = read_to
+                    try:
+                        if rest_undeliverable(read_to):
+                            return
+                    except Exception:  # unanswered: the reader's "no more" is confirmed by waiting instead
+                        log.debug("%s: cannot tell what follows %s", topic, read_to, exc_info=True)
                 dry_since = dry_since or time.monotonic()
                 if time.monotonic() - dry_since > END_CONFIRM_S:
                     log.warning("%s: the reader found nothing after %s for %.0fs though the range ends at %s",
