@@ -224,6 +224,59 @@ public final class SequenceProbe {
 """
 
 
+STALL_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+public final class StallProbe {
+    public static void main(String[] args) throws Exception {
+        System.setProperty("pm.readBackStallMs", "1000");  // before EntryCopy's class is initialised
+        ObjectMapper json = new ObjectMapper();
+        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
+                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
+                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
+        EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
+        copy.follower = scan;
+        for (int i = 0; i < 3 * EntryCopy.MAX_READ_BACK_LAG; i++) {
+            copy.sent();
+        }
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);  // sent a minute ago: it waits
+        String[] failure = new String[1];
+        Thread copying = new Thread(() -> {
+            try {
+                copy.keepReadBackClose();
+            } catch (IllegalStateException e) {
+                failure[0] = e.getMessage();
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        long start = System.nanoTime();
+        copying.start();
+        for (int i = 0; i < 10; i++) {  // a slow read-back: one entry every 300 ms for 3 s, then nothing
+            Thread.sleep(300);
+            scan.sentRead++;
+        }
+        System.out.println("slow-waits " + copying.isAlive());
+        copying.join(10_000);
+        long tookMs = (System.nanoTime() - start) / 1_000_000;
+        System.out.println("stalled-fails " + !copying.isAlive() + " " + (tookMs >= 3_900));
+        System.out.println(failure[0]);
+    }
+}
+"""
+
+
+def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(tmp_path: Path) -> None:
+    """keepReadBackClose waits for a slow read-back as long as it takes something, and fails with one line on one
+    that takes nothing for pm.readBackStallMs (it waited for ever)."""
+    stdout = run_probe(tmp_path, "StallProbe", STALL_PROBE, []).splitlines()
+    assert stdout == ["slow-waits true", "stalled-fails true true",
+                      "the read-back of persistent://t/ns/x in cluster b took nothing for 1s while the copy waited for "
+                      "it (2990 entries sent and not read back)"]
+
+
 def run_probe(tmp_path: Path, name: str, source_text: str, args: list[str]) -> str:
     """Compiles `source_text` (class `name` in the engine's package) against the engine jar and runs it."""
     import subprocess

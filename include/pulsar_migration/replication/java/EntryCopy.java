@@ -89,6 +89,9 @@ public final class EntryCopy {
     // Below the broker's default maxMessageSize (5 MiB) by room for the metadata and the added properties.
     static final int RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024;
     static final long STALL_LIMIT_MS = 60_000;
+    // How long the copy waits for a read-back that takes nothing (its own reading fails on a stall only once the
+    // copy's end is known); -Dpm.readBackStallMs for the unit test.
+    static final long READ_BACK_STALL_MS = Long.getLong("pm.readBackStallMs", STALL_LIMIT_MS);
     static final ObjectMapper JSON = new ObjectMapper();
     static final byte[] EMPTY = new byte[0];
 
@@ -924,7 +927,8 @@ public final class EntryCopy {
      * about a second of its write from its entry cache, an older one from its bookie: measured on the local
      * standalone, 300,000 unbatched entries cost its broker 17.7 s of CPU read cold and 0.7 s read while written.
      * Left to itself on two busy cores the read-back fell 36-48 s behind a copy of 3M unbatched entries. The n-th
-     * entry this run sent is the n-th it reads back (each source entry is on the target once, in order).
+     * entry this run sent is the n-th it reads back (each source entry is on the target once, in order). A read-back
+     * that takes nothing for READ_BACK_STALL_MS while the copy waits fails the partition (it waited for ever).
      */
     void keepReadBackClose() throws InterruptedException {
         TargetScan scan = follower;
@@ -932,9 +936,20 @@ public final class EntryCopy {
             return;
         }
         long waitStart = System.nanoTime();
+        long read = scan.sentRead;
+        long progressAt = waitStart;
         while (!scan.ended && readBackTooFarBehind(scan)) {
             java.util.concurrent.locks.LockSupport.parkNanos(200_000);
             failIfSendFailed();
+            long now = System.nanoTime();
+            if (scan.sentRead != read) {
+                read = scan.sentRead;
+                progressAt = now;
+            } else if (now - progressAt > READ_BACK_STALL_MS * 1_000_000) {
+                throw new IllegalStateException("the read-back of " + where + " took nothing for "
+                        + READ_BACK_STALL_MS / 1000 + "s while the copy waited for it (" + (copiedEntries - read)
+                        + " entries sent and not read back)");
+            }
         }
         readBackWaitNanos += System.nanoTime() - waitStart;
     }
