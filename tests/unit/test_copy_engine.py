@@ -154,6 +154,14 @@ public final class TagProbe {
 }
 """
 
+# A probe's copy of one partition and the read-back following it (no cluster: clients connect lazily).
+FOLLOWED_COPY = """        ObjectMapper json = new ObjectMapper();
+        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
+                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
+                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
+        EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
+        copy.follower = scan;"""
+
 LAG_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -161,12 +169,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 
 public final class LagProbe {
     public static void main(String[] args) throws Exception {
-        ObjectMapper json = new ObjectMapper();
-        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
-                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
-                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
-        EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
-        copy.follower = scan;
+$FOLLOWED_COPY
         for (int i = 0; i < EntryCopy.MAX_READ_BACK_LAG + 5; i++) {
             copy.sent();
         }
@@ -232,12 +235,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 public final class StallProbe {
     public static void main(String[] args) throws Exception {
         System.setProperty("pm.readBackStallMs", "1000");  // before EntryCopy's class is initialised
-        ObjectMapper json = new ObjectMapper();
-        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
-                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
-                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\"}"));
-        EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
-        copy.follower = scan;
+$FOLLOWED_COPY
         for (int i = 0; i < 3 * EntryCopy.MAX_READ_BACK_LAG; i++) {
             copy.sent();
         }
@@ -271,7 +269,7 @@ public final class StallProbe {
 def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(tmp_path: Path) -> None:
     """keepReadBackClose waits for a slow read-back as long as it takes something, and fails with one line on one
     that takes nothing for pm.readBackStallMs (it waited for ever)."""
-    stdout = run_probe(tmp_path, "StallProbe", STALL_PROBE, []).splitlines()
+    stdout = run_probe(tmp_path, "StallProbe", STALL_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY), []).splitlines()
     assert stdout == ["slow-waits true", "stalled-fails true true",
                       "the read-back of persistent://t/ns/x in cluster b took nothing for 1s while the copy waited for "
                       "it (2990 entries sent and not read back)"]
@@ -353,7 +351,7 @@ def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) ->
     """keepReadBackClose: the copy runs past MAX_READ_BACK_LAG entries ahead of its read-back only while the oldest
     entry not read back is younger than MAX_READ_BACK_AGE_MS, never further than the send times it keeps, and never
     waits for a read-back that has ended."""
-    stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE, []).splitlines()
+    stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY), []).splitlines()
     assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
                       "ring-full-waits true", "ended-goes true"]
 
