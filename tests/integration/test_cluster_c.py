@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import random
 import shutil
 import subprocess
@@ -43,8 +42,6 @@ from tests.integration.replication_helpers import client, replicate
 from tests.integration.replication_helpers import drain as drain_reader
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_sync_progress import progress_report, receive_all, sync
-
-log = logging.getLogger(__name__)
 
 
 @pytest.fixture
@@ -137,7 +134,6 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
         # Its range ends in a marker the reader is never given: looked up, not waited out (END_CONFIRM_S, 10 s).
         copied = {p["topic"]: p for p in json.loads((run_dir / "replicate_topics.json").read_text())["details"][
             "partitions"]}[parts[0]]
-        log.info("the Python path over a range ending in a marker: copy_s %s", copied["copy_s"])
         assert copied["copy_engine"] == "python" and copied["copy_s"] < reading.END_CONFIRM_S, copied
         expected = [f"{kind}-{i}".encode() for i in (*range(5), *range(2)) for kind in ("plain", "committed")]
         assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected

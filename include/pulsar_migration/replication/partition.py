@@ -9,6 +9,7 @@ which carries its source position: they are hashed, not sent again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -860,11 +861,14 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     if sender is not None:
         outcome.copy_engine = "python" if outcome.copy_engine is None else outcome.copy_engine
     last_read = task.map_source
+    # Whether only undeliverable source entries follow a place, looked up once: the reader asks where it ran dry
+    # before the bound, the fenced delta's guard asks again where the read ended.
+    rest_undeliverable = functools.cache(
+        lambda after: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after, job.upper))
     try:
         if job.upper is not None:
-            upper = job.upper
-            entries = read_range(src_client, job.topic, task.map_source, upper, cluster=src_admin.name,
-                                 rest_undeliverable=lambda p: only_undeliverable_after(src_admin, job.topic, p, upper))
+            entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
+                                 rest_undeliverable=rest_undeliverable)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
                 source_hash.add(message, new_entry=info.batch_index <= 0)
@@ -879,7 +883,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                 sender.send(message, info, schema_version_of(message))
         check_source_intact(src_admin, job)
         if job.fenced:
-            check_read_to_bound(src_admin, job, last_read)
+            check_read_to_bound(job, last_read, rest_undeliverable)
         if sender is not None:
             sender.drain()
             stats = sender.stats
@@ -928,15 +932,16 @@ def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
                         "truncated during the run")
 
 
-def check_read_to_bound(admin: PulsarAdmin, job: PartitionJob, last_read: Position | None) -> None:
+def check_read_to_bound(job: PartitionJob, last_read: Position | None,
+                        rest_undeliverable: Callable[[Position], bool]) -> None:
     """The cutover's final delta must end at the source's end: clients move to the target after it. A reader stops
     short of the bound when the rest is not deliverable yet (messages behind an open transaction, which become
     deliverable when it ends) or when it took "no more" for the end (read_range's END_CONFIRM_S): either way what
     it left would be missing on the target. Only transaction markers, aborted messages and the first chunks of a
-    message whose last chunk never came may be left (only_undeliverable_after)."""
+    message whose last chunk never came may be left (`rest_undeliverable`: only_undeliverable_after up to the bound)."""
     if job.upper is None or (last_read is not None and last_read >= job.upper):
         return
-    if last_read is not None and only_undeliverable_after(admin, job.topic, last_read, job.upper):
+    if last_read is not None and rest_undeliverable(last_read):
         return
     raise ReadError(f"{job.topic}: the source read ended at {last_read or 'its start'}, before the source's end "
                     f"{job.upper}, and what lies between is not only transaction markers, aborted messages or "
