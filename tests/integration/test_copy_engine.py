@@ -12,6 +12,7 @@ that no copy wrote must fail the engine's read-back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import engine, posmap
 from pulsar_migration.replication.partition import PartitionJob, average_message_bytes, scan_copied_target
+from pulsar_migration.replication.step import STEP, run
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
@@ -181,6 +183,91 @@ def test_the_python_path_looks_up_delivery_times_of_unbatched_entries(
         assert content(target) == content(drain(cluster_a, topic))
         delayed = next(m for m in target if m["data"] == b"delayed")
         assert delivery_time_ms(admin_b, topic, delayed) == deliver_at
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_python_path_compresses_entries_too_large_to_send_decompressed(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The Python path (copy_engine python, dry runs, the cutover's final delta) sends what the client gives it
+    decompressed. Three source entries fit the broker's 5 MiB only as stored: an uncompressed batch of 40,000 small
+    messages that the two added properties push over it, a ZSTD batch of 8 MiB, and an unbatched 7 MiB ZSTD message.
+    They were refused (the batches) or chunked into several target entries (the message); now each goes as one entry
+    compressed with the source's codec (LZ4 for the uncompressed batch), with normal entries around it. The final
+    delta's identity producers (source producer names) do the same."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-pyz"))
+    topics = {"ns/big": 0, "ns/zbatch": 0, "ns/zone": 0}
+    for name in topics:
+        admin_a.put(f"/persistent/{tenant}/{name}")
+    c = client(cluster_a)
+
+    def big_batch(round_: int) -> None:
+        big = c.create_producer(f"persistent://{tenant}/ns/big", batching_enabled=True,
+                                batching_max_messages=BIG_BATCH, batching_max_allowed_size_in_bytes=5_000_000,
+                                batching_max_publish_delay_ms=60_000, max_pending_messages=BIG_BATCH,
+                                block_if_queue_full=True, producer_name=f"big-{round_}")
+        big.send_async(f"before-{round_}".encode(), None)
+        big.flush()
+        for i in range(BIG_BATCH):
+            big.send_async(f'{{"sensor": {i % 500}, "reading": {i * 7919 % 100_000}, "unit": "celsius", '
+                           f'"round": {round_}}}'.encode(), None)
+        big.flush()
+        big.send_async(f"after-{round_}".encode(), None)
+        big.flush()
+        big.close()
+
+    big_batch(1)
+    zbatch = c.create_producer(f"persistent://{tenant}/ns/zbatch", compression_type=pulsar.CompressionType.ZSTD,
+                               batching_enabled=True, batching_max_messages=8,
+                               batching_max_allowed_size_in_bytes=16 * 1024 * 1024,
+                               batching_max_publish_delay_ms=60_000, block_if_queue_full=True)
+    zbatch.send_async(b"small", None)
+    zbatch.flush()
+    for i in range(8):
+        zbatch.send_async(bytes([65 + i]) * (1024 * 1024), None, properties={"i": str(i)})
+    zbatch.flush()
+    zbatch.send_async(b"small again", None)
+    zbatch.flush()
+    zone = c.create_producer(f"persistent://{tenant}/ns/zone", compression_type=pulsar.CompressionType.ZSTD,
+                             batching_enabled=False)
+    zone.send(b"first")
+    zone.send(b"w" * (7 * 1024 * 1024))
+    zone.send(b"last")
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+
+    def stored(topic: str) -> list[dict[str, str]]:
+        """The headers of the target's entries, in order."""
+        entries = dict.fromkeys(tuple(m["entry"]) for m in drain(cluster_b, topic))
+        return [admin_b.entry_headers(topic, *entry) for entry in entries]
+
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        assert step(spec, tmp_path / "run") == 0
+        rep = report(tmp_path / "run")
+        assert rep["details"]["copy_engine"] == "python" and rep["counts"]["partitions_failed"] == 0
+        for topic in partitions(tenant, topics):
+            source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+            assert content(target) == content(source), topic
+            assert shape(target) == shape(source), topic
+        codecs = {name: [(h.get("X-Pulsar-compression"), h["X-Pulsar-producer-name"].rsplit("-", 1)[1])
+                         for h in stored(f"persistent://{tenant}/{name}")] for name in topics}
+        log.info("target entries (codec, producer name's end): %s", codecs)
+        assert codecs["ns/big"] == [(None, "bn"), ("LZ4", "bnzlz4"), (None, "bn")]
+        assert codecs["ns/zbatch"] == [(None, "bn"), ("ZSTD", "bnzzstd"), (None, "bn")]
+        assert codecs["ns/zone"] == [(None, "un"), ("ZSTD", "unzzstd"), (None, "un")]
+
+        # The cutover's final delta keeps the source producer's name whatever the codec.
+        big_batch(2)
+        c.close()
+        delta = functools.partial(run, keep_identity=True)
+        assert run_step(STEP, delta, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]) == 0
+        topic = f"persistent://{tenant}/ns/big"
+        assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic))
+        assert shape(drain(cluster_b, topic)) == shape(drain(cluster_a, topic))
+        delta_entries = [(h.get("X-Pulsar-compression"), h["X-Pulsar-producer-name"]) for h in stored(topic)[3:]]
+        assert delta_entries == [(None, "big-2"), ("LZ4", "big-2"), (None, "big-2")]
     finally:
         cleanup(tenant, admin_a, admin_b)
 

@@ -846,7 +846,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     sender = None if dry_run else EntrySender(
         tgt_client, job.topic, max_in_flight=max_in_flight, schema_for=SchemaCache(src_admin, job.base_topic),
         deliver_at_for=delivery_time_lookup(headers_of, delivery_horizon_s, outcome),
-        on_receipt=on_receipt, identity_for=identity_lookup(headers_of) if job.keep_identity else None,
+        on_receipt=on_receipt, codec_for=lambda info: headers_of(info).get("X-Pulsar-compression"),
+        identity_for=identity_lookup(headers_of) if job.keep_identity else None,
         cluster=tgt_admin.name, resend_suffixes=task.resend_suffixes)
     wanted = headers_wanted(delivery_horizon_s, keep_identity=job.keep_identity)
 

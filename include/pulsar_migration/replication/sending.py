@@ -9,6 +9,10 @@
 * Every message of a source entry carries the sequence id derived from the entry's position
   (positions.sequence_id), increasing over the partition: with deduplication on the target, a
   re-send after a kill or a retry is dropped by the broker instead of stored twice.
+* An entry that would exceed the broker's message size as sent (decompressed, every message with the two added
+  properties) goes through a producer compressing with the source entry's codec, LZ4 for an uncompressed source
+  (its name ends in `z<codec>`, as the copy engine's): a stored entry fits as it did on the source. A batch's
+  messages are held until its last one is read, so the choice is made before the first is sent.
 * `resend_suffixes`: source messages sent under the producer name with a suffix, a chunked message a stopped run
   left incomplete on the target (partition.IncompleteMessage): under its first name its chunks would come again
   under the same chunk uuid, which the C++ consumer cannot assemble.
@@ -38,6 +42,11 @@ BATCH_MAX_MESSAGES = 1_000_000
 BATCH_MAX_BYTES = 256 * 1024 * 1024
 BATCH_MAX_DELAY_MS = 3_600_000
 SEND_TIMEOUT_MS = 30_000
+# Below the broker's default maxMessageSize (5 MiB) by room for the metadata (the engine's RECOMPRESS_ABOVE_BYTES).
+RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024
+# What a message adds to an entry besides its payload, key and properties (the rest of its metadata and its
+# length prefix in a batch), counted high.
+MESSAGE_OVERHEAD_BYTES = 64
 
 
 class SendError(RuntimeError):
@@ -75,6 +84,14 @@ def producer_name(topic: str, schema_version: int | None, batched: bool) -> str:
     return f"pm-copy-{digest}-{'b' if batched else 'u'}{'n' if schema_version is None else schema_version}"
 
 
+def compression_of(codec: str | None) -> Any:
+    """The Python client's compression type for an `X-Pulsar-compression` header value (absent: LZ4)."""
+    import pulsar
+
+    names = {"LZ4": "LZ4", "ZLIB": "ZLib", "ZSTD": "ZSTD", "SNAPPY": "SNAPPY"}
+    return getattr(pulsar.CompressionType, names.get((codec or "LZ4").upper(), "LZ4"))
+
+
 def raw_schema(schema_type: str, definition: str, name: str) -> Any:
     """A schema object that registers `definition` and leaves payloads as they are (already encoded)."""
     import _pulsar
@@ -94,6 +111,10 @@ def raw_schema(schema_type: str, definition: str, name: str) -> Any:
     return _Encoded()
 
 
+# (schema version, batched, producer name or None for the default one, codec or None)
+ProducerKey = tuple[int | None, bool, str | None, str | None]
+
+
 @dataclass
 class SendStats:
     messages: int = 0
@@ -111,7 +132,9 @@ class EntrySender:
     """Sends source messages to one target partition, entry shape kept, with bounded messages in flight.
 
     `schema_for(version)` returns the schema object to register for a source schema version;
-    `deliver_at_for(message, info)` the delivery time (ms) of an unbatched message, or None.
+    `deliver_at_for(message, info)` the delivery time (ms) of an unbatched message, or None;
+    `codec_for(info)` the source entry's codec (`X-Pulsar-compression`, None when uncompressed), asked only about
+    entries too large to send uncompressed.
     `on_receipt(source_tag, target_info)` is called (from a client thread) once per copied entry, when the
     target stored it.
     """
@@ -119,6 +142,7 @@ class EntrySender:
     def __init__(self, client: Any, topic: str, *, max_in_flight: int,
                  schema_for: Callable[[int], Any], deliver_at_for: Callable[[Any, MessageIdInfo], int | None],
                  on_receipt: Callable[[SourceTag, MessageIdInfo], None],
+                 codec_for: Callable[[MessageIdInfo], str | None] = lambda info: None,
                  identity_for: Callable[[Any, MessageIdInfo], tuple[str, int]] | None = None,
                  cluster: str | None = None, resend_suffixes: dict[Position, str] | None = None) -> None:
         self.client = client
@@ -126,24 +150,35 @@ class EntrySender:
         self.where = f"{topic} in cluster {cluster}" if cluster else topic  # for error lines
         self.stats = SendStats()
         self._inflight = InFlight(max_in_flight)
-        self._max_pending = max(2 * max_in_flight, 1000)
+        # The client's own queue must take a whole batch (InFlight admits one larger than its bound when the pipe
+        # is empty): past it the client refuses the batch's later messages and stores the rest as the entry.
+        self._max_pending = BATCH_MAX_MESSAGES
         self._schema_for = schema_for
         self._deliver_at_for = deliver_at_for
         self._on_receipt = on_receipt
+        self._codec_for = codec_for
         self._identity_for = identity_for
         self._resend_suffixes = resend_suffixes or {}
-        self._producers: dict[tuple[int | None, bool, str | None], Any] = {}
-        self._current: tuple[int | None, bool, str | None] | None = None
+        self._producers: dict[ProducerKey, Any] = {}
+        self._current: ProducerKey | None = None
         self._lock = threading.Lock()
+        # The messages of the batch being read (built, payload bytes) and their size as sent.
+        self._entry: list[tuple[Any, int]] = []
+        self._entry_bytes = 0
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def _producer(self, key: tuple[int | None, bool, str | None]) -> Any:
+    def _producer(self, key: ProducerKey) -> Any:
         producer = self._producers.get(key)
         if producer is None:
-            version, batched, name = key
+            version, batched, name, codec = key
+            name = name or producer_name(self.topic, version, batched)
+            # An identity (the source producer's name) is kept whatever the codec: the name's other producer goes
+            # first, since the broker admits one producer per name on a topic. The switch drained it.
+            for other in [k for k in self._producers if k[2] == key[2] and key[2] is not None]:
+                self._close(self._producers.pop(other))
             kwargs: dict[str, Any] = {
-                "producer_name": name or producer_name(self.topic, version, batched),
+                "producer_name": name,
                 "send_timeout_millis": SEND_TIMEOUT_MS,
                 "max_pending_messages": self._max_pending,
                 "block_if_queue_full": False,  # InFlight keeps the queue below its limit
@@ -154,6 +189,8 @@ class EntrySender:
                 kwargs.update(batching_max_messages=BATCH_MAX_MESSAGES,
                               batching_max_allowed_size_in_bytes=BATCH_MAX_BYTES,
                               batching_max_publish_delay_ms=BATCH_MAX_DELAY_MS)
+            if codec is not None:
+                kwargs["compression_type"] = compression_of(codec)
             if version is not None:
                 kwargs["schema"] = self._schema_for(version)
             try:
@@ -166,38 +203,34 @@ class EntrySender:
     # -- sending -----------------------------------------------------------------------------------
 
     def send(self, message: Any, info: MessageIdInfo, schema_version: int | None) -> None:
-        """Sends one source message; `info` is its parsed source id."""
+        """Sends one source message; `info` is its parsed source id. A batch's messages are sent together when
+        its last one comes."""
         import _pulsar
 
         self.raise_if_failed()
         identity = self._identity_for(message, info) if self._identity_for else None
-        suffix = self._resend_suffixes.get(info.position)
-        name = producer_name(self.topic, schema_version, info.batched) + suffix if suffix else None
-        key = (schema_version, info.batched, identity[0] if identity else name)
-        if key != self._current:
-            if self._current is not None:
-                self.drain()
-            self._current = key
-        producer = self._producer(key)
         tag = SourceTag.of(info)
-        first_of_entry = info.batch_index <= 0
-        if first_of_entry:
-            self._inflight.acquire(info.messages_in_entry)
         native = message._message
         builder = _pulsar.MessageBuilder()
+        size = native.length()
+        sent_bytes = size + MESSAGE_OVERHEAD_BYTES
         if native.has_null_value():
             builder.set_null_value()
         else:
             builder.content(native.data())
-        for k, v in native.properties().items():
+        properties = native.properties()
+        properties[SOURCE_TAG_PROPERTY] = tag.encode()
+        properties[SOURCE_PUBLISH_TIME_PROPERTY] = str(native.publish_timestamp())
+        for k, v in properties.items():
             builder.property(k, v)
-        builder.property(SOURCE_TAG_PROPERTY, tag.encode())
-        builder.property(SOURCE_PUBLISH_TIME_PROPERTY, str(native.publish_timestamp()))
+            sent_bytes += len(k.encode()) + len(v.encode()) + 4
         if native.partition_key():
             builder.partition_key(native.partition_key())
+            sent_bytes += len(native.partition_key().encode())
         ordering_key = native.ordering_key()
         if ordering_key:
             builder.ordering_key(ordering_key if isinstance(ordering_key, str) else ordering_key.decode("latin-1"))
+            sent_bytes += len(ordering_key)
         builder.sequence_id(identity[1] + max(info.batch_index, 0) if identity else sequence_id(info.position))
         if native.event_timestamp():
             builder.event_timestamp(native.event_timestamp())
@@ -206,18 +239,46 @@ class EntrySender:
             if deliver_at:
                 builder.deliver_at(deliver_at)
                 self.stats.delayed += 1
-        size = native.length()
+        built = builder.build()
+        if info.batched:
+            self._entry.append((built, size))
+            self._entry_bytes += sent_bytes
+            if not info.last_in_entry:
+                return
+            entry, sent_bytes = self._entry, self._entry_bytes
+            self._entry, self._entry_bytes = [], 0
+        else:
+            entry = [(built, size)]
+        # Too large to send decompressed (a chunked message is chunked again instead).
+        codec = None
+        if sent_bytes > RECOMPRESS_ABOVE_BYTES and info.first_chunk is None:
+            codec = (self._codec_for(info) or "LZ4").lower()
+        suffix = self._resend_suffixes.get(info.position)
+        if identity:
+            name: str | None = identity[0]
+        elif suffix or codec:
+            name = producer_name(self.topic, schema_version, info.batched) + (suffix or "") + (
+                f"z{codec}" if codec else "")
+        else:
+            name = None
+        key = (schema_version, info.batched, name, codec)
+        if key != self._current:
+            if self._current is not None:
+                self.drain()
+            self._current = key
+        producer = self._producer(key)
+        self._inflight.acquire(len(entry))
         # A batch is stored or refused whole: one receipt per entry (its last message) is enough, and a Python
         # callback per message would cost more than the copy itself.
-        receipt = (lambda res, mid: self._receipt(tag, info.messages_in_entry, res, mid)) if info.last_in_entry \
-            else None
-        producer._producer.send_async(builder.build(), receipt)
+        for built, _ in entry[:-1]:
+            producer._producer.send_async(built, None)
+        messages = len(entry)
+        producer._producer.send_async(entry[-1][0], lambda res, mid: self._receipt(tag, messages, res, mid))
         with self._lock:
-            self.stats.messages += 1
-            self.stats.bytes += size
-            if first_of_entry:
-                self.stats.entries += 1
-        if info.batched and info.last_in_entry:
+            self.stats.messages += messages
+            self.stats.bytes += sum(n for _, n in entry)
+            self.stats.entries += 1
+        if info.batched:
             producer._producer.flush_async(lambda res: self._flushed(res))
 
     def _receipt(self, tag: SourceTag, messages: int, result: Any, message_id: Any) -> None:
@@ -255,17 +316,22 @@ class EntrySender:
 
     def drain(self, timeout_s: float = SEND_TIMEOUT_MS / 1000 + 30) -> None:
         """Waits until the target acknowledged everything sent so far."""
+        if self._entry:
+            raise SendError(f"a batch for {self.where} ended after {len(self._entry)} of its messages")
         if not self._inflight.wait_empty(timeout_s):
             raise SendError(f"{self._inflight.count} message(s) to {self.where} unacknowledged after {timeout_s:.0f}s")
         self.raise_if_failed()
 
     def close(self) -> None:
         for producer in self._producers.values():
-            try:
-                producer.close()
-            except Exception:
-                log.debug("closing producer on %s failed", self.topic, exc_info=True)
+            self._close(producer)
         self._producers.clear()
+
+    def _close(self, producer: Any) -> None:
+        try:
+            producer.close()
+        except Exception:
+            log.debug("closing producer on %s failed", self.topic, exc_info=True)
 
 
 def position_text(position: Position | None) -> str | None:
