@@ -1,0 +1,63 @@
+// Binary message keys through the Java client, the outside judge of whether a copy keeps them.
+//   produce URL TOPIC N: N messages with binary keys (bytes that are not UTF-8), in batches of 10, then N unbatched;
+//                        one message with a plain string key after each half.
+//   read URL TOPIC:      every message from the earliest, one line each ("MSG " and the rest: the client logs to
+//                        stdout too): whether the key is binary (base64 flag), the key's bytes in hex, the value.
+// Run with the distribution's lib/ on the class path:  java -cp 'lib/*' BinaryKeys.java MODE URL TOPIC [N]
+import java.nio.charset.StandardCharsets;
+import java.util.HexFormat;
+import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.Reader;
+
+public class BinaryKeys {
+    public static void main(String[] args) throws Exception {
+        try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build()) {
+            if (args[0].equals("produce")) {
+                produce(client, args[2], Integer.parseInt(args[3]));
+            } else {
+                read(client, args[2]);
+            }
+        }
+    }
+
+    static void produce(PulsarClient client, String topic, int n) throws Exception {
+        try (Producer<byte[]> batched = client.newProducer().topic(topic).enableBatching(true)
+                .batchingMaxMessages(10).batchingMaxPublishDelay(1, TimeUnit.SECONDS).create()) {
+            for (int i = 0; i < n; i++) {
+                batched.newMessage().keyBytes(key(i)).value(("batched-" + i).getBytes(StandardCharsets.UTF_8))
+                        .sendAsync();
+            }
+            batched.flush();
+            batched.newMessage().key("plain-key").value("plain-batched".getBytes(StandardCharsets.UTF_8)).send();
+        }
+        try (Producer<byte[]> unbatched = client.newProducer().topic(topic).enableBatching(false).create()) {
+            for (int i = 0; i < n; i++) {
+                unbatched.newMessage().keyBytes(key(n + i)).value(("unbatched-" + i).getBytes(StandardCharsets.UTF_8))
+                        .send();
+            }
+            unbatched.newMessage().key("plain-key").value("plain-unbatched".getBytes(StandardCharsets.UTF_8)).send();
+        }
+    }
+
+    static byte[] key(int i) {
+        return new byte[] {(byte) 0xff, (byte) 0xfe, 0, (byte) i, (byte) (i >> 8), (byte) 0x80};
+    }
+
+    static void read(PulsarClient client, String topic) throws Exception {
+        try (Reader<byte[]> reader = client.newReader().topic(topic).startMessageId(MessageId.earliest).create()) {
+            while (reader.hasMessageAvailable()) {
+                Message<byte[]> m = reader.readNext(10, TimeUnit.SECONDS);
+                if (m == null) {
+                    break;
+                }
+                String key = m.hasKey() ? HexFormat.of().formatHex(m.getKeyBytes()) : "-";
+                System.out.println("MSG " + m.hasBase64EncodedKey() + " " + key + " "
+                        + new String(m.getValue(), StandardCharsets.UTF_8));
+            }
+        }
+    }
+}
