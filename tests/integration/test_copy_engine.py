@@ -277,6 +277,42 @@ def test_the_python_path_compresses_entries_too_large_to_send_decompressed(
         cleanup(tenant, admin_a, admin_b)
 
 
+def test_the_final_delta_keeps_a_source_producer_that_sent_batched_and_delayed_messages(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The cutover's final delta sends under the source producers' names. A batching producer's delayed message is
+    never batched, so one name owns batched and unbatched entries, and the broker admits one producer per name on a
+    topic: the delta must close one before it opens the other, in the source's order."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-mixed"))
+    topic = f"persistent://{tenant}/ns/mixed"
+    admin_a.put(f"/persistent/{tenant}/ns/mixed")
+    c = client(cluster_a)
+    producer = c.create_producer(topic, producer_name="mixed-source", batching_enabled=True,
+                                 batching_max_messages=5, batching_max_publish_delay_ms=60_000)
+    deliver_at = int(time.time() * 1000) + 3_600_000
+    for round_ in range(2):
+        for i in range(5):
+            producer.send_async(f"batched-{round_}-{i}".encode(), None)
+        producer.flush()
+        producer.send(f"delayed-{round_}".encode(), deliver_at=deliver_at)
+    c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        delta = functools.partial(run, keep_identity=True)
+        assert run_step(STEP, delta, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]) == 0
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert content(target) == content(source) and shape(target) == shape(source)
+        entries = dict.fromkeys(tuple(m["entry"]) for m in target)
+        names = [admin_b.entry_headers(topic, *entry)["X-Pulsar-producer-name"] for entry in entries]
+        assert names == ["mixed-source"] * 4
+        delayed = next(m for m in target if m["data"] == b"delayed-1")
+        assert delivery_time_ms(admin_b, topic, delayed) == deliver_at
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
 def binary_keys(*args: str) -> list[str]:
     """localdev/java/BinaryKeys.java through the distribution's Java client: `produce` or `read` (its lines)."""
     done = subprocess.run(["java", "-cp", f"{pulsar_home()}/lib/*", str(BINARY_KEYS), *args], capture_output=True,
