@@ -18,6 +18,7 @@ import logging
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -44,6 +45,22 @@ from tests.integration.test_replicate_topics import cleanup, content, partitions
 log = logging.getLogger(__name__)
 BIG_BATCH = 40_000
 BINARY_KEYS = Path(pulsar_local.__file__).parent / "java" / "BinaryKeys.java"
+
+
+def big_batch_producer(c: pulsar.Client, topic: str, **kwargs: Any) -> pulsar.Producer:
+    """A producer whose batch closes only when flushed and can hold BIG_BATCH small messages."""
+    return c.create_producer(topic, batching_enabled=True, batching_max_messages=BIG_BATCH,
+                             batching_max_allowed_size_in_bytes=5_000_000, batching_max_publish_delay_ms=60_000,
+                             max_pending_messages=BIG_BATCH, block_if_queue_full=True, **kwargs)
+
+
+def send_big_batch(producer: pulsar.Producer, site: str) -> None:
+    """One uncompressed batch of BIG_BATCH JSON-like messages (about 3.3 MB stored): under the broker's 5 MiB as
+    stored, over it once every message carries the copy's two added properties."""
+    for i in range(BIG_BATCH):
+        producer.send_async(f'{{"sensor": {i % 500}, "reading": {i * 7919 % 100_000}, "unit": "celsius", '
+                            f'"site": "{site}-{i % 3}"}}'.encode(), None)
+    producer.flush()
 
 
 def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
@@ -86,13 +103,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         wide.send(bytes([i]) * 12_288)
     # One uncompressed batch of 40,000 small messages, under the broker's 5 MiB as stored but over it once every
     # message carries the two added properties: the engine sends it LZ4-compressed (refused on every run before).
-    big = c.create_producer(f"persistent://{tenant}/ns/big", batching_enabled=True, batching_max_messages=BIG_BATCH,
-                            batching_max_allowed_size_in_bytes=5_000_000, batching_max_publish_delay_ms=60_000,
-                            max_pending_messages=BIG_BATCH, block_if_queue_full=True)
-    for i in range(BIG_BATCH):
-        big.send_async(f'{{"sensor": {i % 500}, "reading": {i * 7919 % 100_000}, "unit": "celsius", '
-                       f'"site": "eu-west-{i % 3}"}}'.encode(), None)
-    big.flush()
+    send_big_batch(big_batch_producer(c, f"persistent://{tenant}/ns/big"), "eu-west")
     c.close()
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     try:
@@ -209,16 +220,10 @@ def test_the_python_path_compresses_entries_too_large_to_send_decompressed(
     c = client(cluster_a)
 
     def big_batch(round_: int) -> None:
-        big = c.create_producer(f"persistent://{tenant}/ns/big", batching_enabled=True,
-                                batching_max_messages=BIG_BATCH, batching_max_allowed_size_in_bytes=5_000_000,
-                                batching_max_publish_delay_ms=60_000, max_pending_messages=BIG_BATCH,
-                                block_if_queue_full=True, producer_name=f"big-{round_}")
+        big = big_batch_producer(c, f"persistent://{tenant}/ns/big", producer_name=f"big-{round_}")
         big.send_async(f"before-{round_}".encode(), None)
         big.flush()
-        for i in range(BIG_BATCH):
-            big.send_async(f'{{"sensor": {i % 500}, "reading": {i * 7919 % 100_000}, "unit": "celsius", '
-                           f'"round": {round_}}}'.encode(), None)
-        big.flush()
+        send_big_batch(big, f"round-{round_}")
         big.send_async(f"after-{round_}".encode(), None)
         big.flush()
         big.close()
@@ -269,8 +274,9 @@ def test_the_python_path_compresses_entries_too_large_to_send_decompressed(
         delta = functools.partial(run, keep_identity=True)
         assert run_step(STEP, delta, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]) == 0
         topic = f"persistent://{tenant}/ns/big"
-        assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic))
-        assert shape(drain(cluster_b, topic)) == shape(drain(cluster_a, topic))
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert content(target) == content(source)
+        assert shape(target) == shape(source)
         delta_entries = [(h.get("X-Pulsar-compression"), h["X-Pulsar-producer-name"]) for h in stored(topic)[3:]]
         assert delta_entries == [(None, "big-2"), ("LZ4", "big-2"), (None, "big-2")]
     finally:
