@@ -224,9 +224,10 @@ class EntrySender:
         for k, v in properties.items():
             builder.property(k, v)
             sent_bytes += len(k.encode()) + len(v.encode()) + 4
-        if native.partition_key():
-            builder.partition_key(native.partition_key())
-            sent_bytes += len(native.partition_key().encode())
+        partition_key = native.partition_key()
+        if partition_key:
+            builder.partition_key(partition_key)
+            sent_bytes += len(partition_key.encode())
         ordering_key = native.ordering_key()
         if ordering_key:
             builder.ordering_key(ordering_key if isinstance(ordering_key, str) else ordering_key.decode("latin-1"))
