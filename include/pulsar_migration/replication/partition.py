@@ -743,6 +743,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
 
 
 ENGINE_DONE, ENGINE_LEFT = "done", "left"
+ENGINE_JUDGE_THREADS = 8
 
 
 def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
@@ -768,12 +769,20 @@ def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             for job in done:
                 if job.engine is None:
                     yield ENGINE_LEFT, job
-                    continue
+            active = clients
+
+            def judge(job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
                 outcome, rows = copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
-                                               delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients)
+                                               delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=active)
                 if outcome.status == OK and outcome.verified_by == "java":
                     rows = engine_rows_to_map(run_dir, job, outcome)
-                yield ENGINE_DONE, (outcome, rows)
+                return outcome, rows
+
+            taken = [job for job in done if job.engine is not None]
+            # A few admin calls each (the source intact, the target's end): at once, for groups of many partitions.
+            with ThreadPoolExecutor(max(1, min(ENGINE_JUDGE_THREADS, len(taken)))) as pool:
+                for result in pool.map(judge, taken):
+                    yield ENGINE_DONE, result
         finally:
             clients.close()
 
