@@ -43,9 +43,9 @@ from benchmarks.metadata_scale import (
     create_source_tenant,
     git_revision,
     machine,
-    start_spark,
     write_spec,
 )
+from benchmarks.replication_throughput import start_spark
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=200, help="payload bytes (default 200)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for chatty in ("py4j", "urllib3", "pulsar_migration.replication.step"):
+    for chatty in ("py4j", "urllib3"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with admins(SOURCE, TARGET) as pair:
@@ -210,22 +211,23 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": os.getloadavg(),
     }
     ledger = TenantLedger()
-    spark = None
+    spark, owned = None, False
     work = Path(tempfile.mkdtemp(prefix="replication-scale-"))
     try:
-        spark, result["spark_start_s"] = start_spark(args.master)
+        spark, owned, result["spark_start_s"] = start_spark(args.master)  # an active session is reused, kept
         result["run"] = one_run(args.topics, args.messages, args.size, work, ledger)
     finally:
-        if spark is not None:
+        if spark is not None and owned:
             spark.stop()
+        result["tenants"] = sorted({tenant for _, tenant in ledger.created})
         if not args.keep:
             result["cleanup_s"] = ledger.cleanup()
     result["loadavg_end"] = os.getloadavg()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"replication_scale-{stamp}.json"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out = args.out_dir / f"replication_scale-{stamp}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(row(result))
-    print(f"\nresult: {out.relative_to(ROOT)}")
+    print(f"\nresult: {out}")
     return 0
 
 

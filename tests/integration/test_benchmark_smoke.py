@@ -46,3 +46,25 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     # Every tenant the run created is gone from both clusters.
     assert result["tenants"]
     assert not set(result["tenants"]) & (set(admin_a.get("/tenants")) | set(admin_b.get("/tenants")))
+
+
+def test_replication_scale_harness_runs_its_three_copies(cluster_a: LocalCluster, cluster_b: LocalCluster,
+                                                         admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+                                                         spark: SparkSession, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import replication_scale as scale
+
+    assert (cluster_a.admin_url, cluster_b.admin_url) == (scale.SOURCE.admin_url, scale.TARGET.admin_url)
+    assert scale.main(["--topics", "12", "--messages", "3", "--out-dir", str(tmp_path)]) == 0
+    [out] = tmp_path.glob("replication_scale-*.json")
+    result = json.loads(out.read_text())
+    run = result["run"]
+    assert run["naive_messages"] == 3 * run["partitions"] > 0
+    # The harness itself fails unless each copy moved exactly what it should; its figures are all there.
+    assert run["copy_first"]["copied_messages"] == 3 * run["partitions"]
+    assert run["copy_noop"]["copied_messages"] == 0
+    assert run["copy_delta"]["copied_messages"] == run["delta_partitions"] > 0
+    assert all(run[k]["wall_s"] > 0 for k in ("copy_first", "copy_noop", "copy_delta"))
+    assert f"| 12 ({run['partitions']}) |" in capsys.readouterr().out
+    assert result["tenants"]
+    assert not set(result["tenants"]) & (set(admin_a.get("/tenants")) | set(admin_b.get("/tenants")))
