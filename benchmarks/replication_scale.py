@@ -12,7 +12,12 @@ cluster-b), one run:
 2. **naive**: a bare client copy of the same data into a tenant of the same layout on cluster-b, 16 threads, per
    partition a reader on the source and a producer on the target, nothing verified and nothing recorded: the
    least a client-side copy must do;
-3. **copy**: sync_metadata (timed apart), then replicate_topics in-process on a warm SparkSession: the first run,
+3. **geo** (unless `--no-geo`): native geo-replication catching up on the same data in a third tenant (the same
+   layout on both clusters, both allowed), timed from the `pulsar.repl.cluster-b` cursors created at the earliest
+   entry of every partition, through the namespaces' replication clusters and every partition unloaded and
+   loaded again, until the target holds as many entries as the source on every partition (raw admin calls, the
+   recipe of replication_throughput's geo);
+4. **copy**: sync_metadata (timed apart), then replicate_topics in-process on a warm SparkSession: the first run,
    a no-op re-run (nothing new), and a re-run after one more message in every tenth partition.
 
 It prints a markdown row, writes `benchmarks/results/replication_scale-<UTC time>.json` and force-deletes the
@@ -34,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pulsar_migration.admin import PulsarAdmin, seg
+from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 
 from benchmarks.metadata_scale import (
     Cluster,
@@ -56,6 +61,67 @@ TARGET = Cluster("cluster-b", "http://127.0.0.1:8082", "pulsar://127.0.0.1:6652"
 THREADS = 16
 NAMESPACES = 5
 DELTA_EVERY = 10  # the delta re-run: one more message in every tenth partition
+GEO_CURSOR = f"pulsar.repl.{TARGET.name}"
+GEO_POLL_S = 0.5
+GEO_CLEANUP_WAIT_S = 60.0
+
+
+def entries(admin: PulsarAdmin, topic: str) -> int:
+    return int(admin.get(f"{admin.topic_path(topic)}/internalStats")["numberOfEntries"])
+
+
+def geo_catch_up(admin_a: PulsarAdmin, admin_b: PulsarAdmin, tenant: str, topics: list[str],
+                 timeout_s: float) -> dict[str, Any]:
+    """Native geo-replication of the backlog `topics` hold on the source, timed until the target holds it all."""
+    with ThreadPoolExecutor(THREADS) as pool:
+        want = dict(zip(topics, pool.map(lambda t: entries(admin_a, t), topics), strict=True))
+        list(pool.map(lambda t: admin_a.put(f"{admin_a.topic_path(t)}/subscription/{seg(GEO_CURSOR)}",
+                                            {"ledgerId": -1, "entryId": -1}), topics))
+        started = time.monotonic()
+        for ns in admin_a.get(f"/namespaces/{seg(tenant)}"):
+            admin_a.post(f"/namespaces/{ns}/replication", [SOURCE.name, TARGET.name])
+
+        def reload(topic: str) -> None:  # an unloaded topic has no replicator until something looks it up
+            admin_a.put(f"{admin_a.topic_path(topic)}/unload")
+            admin_a.get(f"{admin_a.topic_path(topic)}/stats")
+
+        list(pool.map(reload, topics))
+        enable_s = time.monotonic() - started
+        pending = [t for t in topics if want[t]]
+        while pending:
+            have = pool.map(lambda t: target_entries(admin_b, t), pending)
+            pending = [t for t, h in zip(pending, have, strict=True) if h < want[t]]
+            if pending and time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"geo: {len(pending)} partition(s) not caught up after {timeout_s:.0f}s")
+            if pending:
+                time.sleep(GEO_POLL_S)
+    return {"geo_s": round(time.monotonic() - started, 3), "geo_enable_s": round(enable_s, 3),
+            "geo_entries": sum(want.values())}
+
+
+def target_entries(admin: PulsarAdmin, topic: str) -> int:
+    try:
+        return entries(admin, topic)
+    except NotFound:  # the replicator has not created it yet
+        return 0
+
+
+def unreplicate(admin_a: PulsarAdmin, tenant: str, topics: list[str]) -> None:
+    """Benchmark tenants only: the target out of the namespaces' replication clusters (its topics go by cascade),
+    then waits until the source's replicators are gone, so the force delete does not race them (on 4.0.8 that
+    left topics fenced for good)."""
+    for ns in admin_a.get(f"/namespaces/{seg(tenant)}"):
+        admin_a.post(f"/namespaces/{ns}/replication", [SOURCE.name])
+    deadline = time.monotonic() + GEO_CLEANUP_WAIT_S
+    with ThreadPoolExecutor(THREADS) as pool:
+        while time.monotonic() < deadline:
+            if not any(pool.map(lambda t: bool(admin_a.get(f"{admin_a.topic_path(t)}/stats").get("replication")),
+                                topics)):
+                break
+            time.sleep(1.0)
+        else:
+            log.warning("replicators of %s still running %.0fs after un-replicating", tenant, GEO_CLEANUP_WAIT_S)
+    time.sleep(1.0)
 
 
 def tenant_partitions(admin: PulsarAdmin, tenant: str) -> list[str]:
@@ -147,18 +213,29 @@ def copy_figures(wall: float, report: dict[str, Any]) -> dict[str, Any]:
             "engine_partitions_per_process": sorted(processes)}
 
 
-def one_run(topics: int, messages: int, size: int, work: Path, ledger: TenantLedger) -> dict[str, Any]:
+def one_run(topics: int, messages: int, size: int, work: Path, ledger: TenantLedger,
+            geo_timeout_s: float | None) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
-    src, bare = f"bench-scale-{tag}", f"bench-scale-bare-{tag}"
+    src, bare, geo = f"bench-scale-{tag}", f"bench-scale-bare-{tag}", f"bench-scale-geo-{tag}"
     out: dict[str, Any] = {}
     with admins(SOURCE, TARGET) as (admin_a, admin_b):
         create_source_tenant(admin_a, ledger.add(SOURCE, src), [SOURCE.name], topics, NAMESPACES, THREADS)
         ledger.add(TARGET, src)
         create_source_tenant(admin_b, ledger.add(TARGET, bare), [TARGET.name], topics, NAMESPACES, THREADS)
         partitions = tenant_partitions(admin_a, src)
-    out["partitions"] = len(partitions)
-    out["produce_s"] = produce(SOURCE, partitions, messages, size, "first")
-    out["naive_s"], out["naive_messages"] = naive_copy(partitions, src, bare)
+        out["partitions"] = len(partitions)
+        out["produce_s"] = produce(SOURCE, partitions, messages, size, "first")
+        out["naive_s"], out["naive_messages"] = naive_copy(partitions, src, bare)
+        if geo_timeout_s is not None:
+            both = [SOURCE.name, TARGET.name]
+            create_source_tenant(admin_a, ledger.add(SOURCE, geo), both, topics, NAMESPACES, THREADS)
+            create_source_tenant(admin_b, ledger.add(TARGET, geo), both, topics, NAMESPACES, THREADS)
+            geo_partitions = tenant_partitions(admin_a, geo)
+            produce(SOURCE, geo_partitions, messages, size, "first")
+            try:
+                out.update(geo_catch_up(admin_a, admin_b, geo, geo_partitions, geo_timeout_s))
+            finally:
+                unreplicate(admin_a, geo, geo_partitions)
     spec = write_spec(work / f"spec-{tag}.json", src, SOURCE, TARGET, THREADS)
     run_dir = work / f"run-{tag}"
     out["sync_metadata_s"], _ = run_step_timed("sync_metadata", spec, run_dir)
@@ -177,11 +254,15 @@ def one_run(topics: int, messages: int, size: int, work: Path, ledger: TenantLed
 
 
 def row(result: dict[str, Any]) -> str:
+    """| result | git | topics (partitions) | messages | produce | naive | geo | sync_metadata | copy first | copy
+    speed / geo | copy speed / naive | no-op re-run | delta re-run | partitions per engine process |"""
     r = result["run"]
     first, noop, delta = r["copy_first"], r["copy_noop"], r["copy_delta"]
+    geo, copy_s = r.get("geo_s"), first["wall_s"]
+    vs_geo = f"{geo / copy_s:.2f}x" if geo else "-"
     return (f"| `…{result['file_stamp']}` | {result['git']} | {result['topics']} ({r['partitions']}) | "
-            f"{result['messages']} | {r['produce_s']} | {r['naive_s']} | {r['sync_metadata_s']} | {first['wall_s']} | "
-            f"{first['wall_s'] / r['naive_s']:.2f}x | {noop['wall_s']} | {delta['wall_s']} | "
+            f"{result['messages']} | {r['produce_s']} | {r['naive_s']} | {geo or '-'} | {r['sync_metadata_s']} | "
+            f"{copy_s} | {vs_geo} | {r['naive_s'] / copy_s:.2f}x | {noop['wall_s']} | {delta['wall_s']} | "
             f"{', '.join(first['engine_partitions_per_process']) or '-'} |")
 
 
@@ -193,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    parser.add_argument("--no-geo", action="store_true", help="skip native geo-replication")
+    parser.add_argument("--geo-timeout", type=float, default=600.0, help="seconds to wait for geo (default 600)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("py4j", "urllib3"):
@@ -215,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="replication-scale-"))
     try:
         spark, owned, result["spark_start_s"] = start_spark(args.master)  # an active session is reused, kept
-        result["run"] = one_run(args.topics, args.messages, args.size, work, ledger)
+        result["run"] = one_run(args.topics, args.messages, args.size, work, ledger,
+                                None if args.no_geo else args.geo_timeout)
     finally:
         if spark is not None and owned:
             spark.stop()
