@@ -218,6 +218,16 @@ def empty_spark_submit(work: Path, master: str) -> float:
     return round(time.monotonic() - started, 3)
 
 
+def all_healthy(*clusters: Cluster) -> bool:
+    """Whether every cluster answers healthy; prints one error line for the first that does not."""
+    with admins(*clusters) as opened:
+        for admin in opened:
+            if not admin.healthy():
+                print(f"error: cluster {admin.name} at {admin.admin_url} is not healthy", file=sys.stderr)
+                return False
+    return True
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.monotonic()
     result = fn()
@@ -401,11 +411,8 @@ def main(argv: list[str] | None = None) -> int:
 
     source = Cluster("cluster-a", "http://127.0.0.1:8081", "pulsar://127.0.0.1:6651")
     target = Cluster("cluster-b", "http://127.0.0.1:8082", "pulsar://127.0.0.1:6652")
-    with admins(source, target) as pair:
-        for admin in pair:
-            if not admin.healthy():
-                print(f"error: cluster {admin.name} at {admin.admin_url} is not healthy", file=sys.stderr)
-                return 1
+    if not all_healthy(source, target):
+        return 1
 
     result: dict[str, Any] = {
         "benchmark": "metadata_scale", "started": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -45,6 +45,7 @@ from benchmarks.metadata_scale import (
     Cluster,
     TenantLedger,
     admins,
+    all_healthy,
     create_source_tenant,
     git_revision,
     machine,
@@ -281,11 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     for chatty in ("py4j", "urllib3"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    with admins(SOURCE, TARGET) as pair:
-        for admin in pair:
-            if not admin.healthy():
-                print(f"error: cluster {admin.name} at {admin.admin_url} is not healthy", file=sys.stderr)
-                return 1
+    if not all_healthy(SOURCE, TARGET):
+        return 1
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     result: dict[str, Any] = {
         "benchmark": "replication_scale", "started": stamp, "file_stamp": stamp[-8:], "topics": args.topics,
