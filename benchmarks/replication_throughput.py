@@ -23,6 +23,9 @@ unbatched source, on one partitioned topic), side by side:
   the default -1, where every unbatched entry's delivery time is looked up through the admin API.
 * naive: one Python process, one thread: a reader per source partition, a producer per target partition
   (batching as the source had it), send_async, flush at the end; no verification.
+* bare: one JVM, a thread per partition, each stored entry received whole and sent as stored
+  (benchmarks/java/BareEntryCopy.java): the copy engine without the added properties, the hashes, the
+  read-back, deduplication or Spark. The floor of any copy through a third process on this machine.
 
 It writes `benchmarks/results/replication_throughput-<UTC time>.json` and a PNG plot next to it, prints a
 markdown table, and deletes every tenant it created (and only those) on both clusters. Throughput is
@@ -59,7 +62,7 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-METHODS = ("raw", "geo", "copy", "naive")
+METHODS = ("raw", "geo", "copy", "naive", "bare")
 NAMESPACE = "ns"
 TOPIC = "data"
 MAX_PENDING = 5000  # producers' queue; the same as the copy's default messages in flight per partition
@@ -455,6 +458,29 @@ def method_naive(ds: DataSet, src_tenant: str, tgt_tenant: str, partitions: int)
         tgt_c.close()
 
 
+def method_bare(ds: DataSet, src_tenant: str, tgt_tenant: str, src: PulsarAdmin, tgt: PulsarAdmin,
+                adds: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The bare entry copy of every partition at once (with `adds` of the engine's work); the target must then
+    hold the source's entries."""
+    from benchmarks import bare_entry_copy
+
+    entries = partition_entries(src, src_tenant)
+    parts = [bare_entry_copy.Partition(f"{topic_name(src_tenant)}-partition-{i}",
+                                       f"{topic_name(tgt_tenant)}-partition-{i}", n) for i, n in enumerate(entries)]
+    out: dict[str, Any] = {"load1": load1(), "adds": list(adds)}
+    started = time.monotonic()
+    figures = bare_entry_copy.run(SOURCE.service_url, TARGET.service_url, parts, adds)
+    process_s = time.monotonic() - started
+    stored = partition_entries(tgt, tgt_tenant)
+    if stored != entries or figures["messages"] != ds.messages:
+        raise BenchmarkError(f"bare: target holds {stored} entries per partition, source {entries}; "
+                             f"{figures['messages']} of {ds.messages} message(s) sent")
+    out.update({"figures": figures, "process": rate(ds.messages, ds.bytes, process_s),
+                "copy": rate(ds.messages, ds.bytes, figures["copy_ms"] / 1000)})
+    out.update({k: out["copy"][k] for k in ("msgs_per_s", "mb_per_s")})
+    return out
+
+
 # -- one data set -----------------------------------------------------------------------------------
 
 # The copy's spec options (--copy-engine adds copy_engine).
@@ -466,7 +492,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def run_dataset(ds: DataSet, methods: list[str], partitions: int, slots: int, work: Path, tenants: Tenants,
-                geo_timeout_s: float) -> dict[str, Any]:
+                geo_timeout_s: float, bare_adds: tuple[str, ...] = ()) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     a, b = SOURCE.name, TARGET.name
     log.info("data set %s: %d messages, %.1f MB on %d partitions", ds.name, ds.messages, ds.bytes / MB, partitions)
@@ -482,7 +508,7 @@ def run_dataset(ds: DataSet, methods: list[str], partitions: int, slots: int, wo
         res["raw"] = method_raw(ds, payloads, src, raw)
         log.info("%s raw: produce %.1f MB/s, consume %.1f MB/s, pipeline %.1f MB/s", ds.name,
                  res["raw"]["produce"]["mb_per_s"], res["raw"]["consume"]["mb_per_s"], res["raw"]["mb_per_s"])
-    elif {"copy", "naive"} & set(methods):
+    elif {"copy", "naive", "bare"} & set(methods):
         c = client(SOURCE)
         try:
             produce(c, topic_name(src), ds, payloads)
@@ -493,6 +519,12 @@ def run_dataset(ds: DataSet, methods: list[str], partitions: int, slots: int, wo
                              partitions=partitions)
         res["naive"] = method_naive(ds, src, tgt, partitions)
         log.info("%s naive: %.1f MB/s", ds.name, res["naive"]["mb_per_s"])
+    if "bare" in methods:
+        tgt = tenants.create(f"bench-rt-bare-{tag}", on_source=False, on_target=True, allowed=[b],
+                             partitions=partitions)
+        res["bare"] = method_bare(ds, src, tgt, tenants.source, tenants.target, bare_adds)
+        log.info("%s bare: %.1f MB/s (process %.1f MB/s)", ds.name, res["bare"]["mb_per_s"],
+                 res["bare"]["process"]["mb_per_s"])
     if "copy" in methods:
         tenants.created.append((src, False, True, False))  # sync_metadata creates it on the target
         res["copy"] = method_copy(ds, src, work, slots, dict(COPY_OPTIONS))
@@ -512,6 +544,9 @@ def run_dataset(ds: DataSet, methods: list[str], partitions: int, slots: int, wo
         "copy_wall_vs_raw_pipeline": ratio(copy and copy["step_wall"]["mb_per_s"], raw_r and raw_r["mb_per_s"]),
         "copy_phase_vs_raw_produce": ratio(copy and copy["mb_per_s"], raw_r and raw_r["produce"]["mb_per_s"]),
         "copy_phase_vs_naive": ratio(copy and copy["mb_per_s"], res.get("naive") and res["naive"]["mb_per_s"]),
+        "bare_vs_geo": ratio(res.get("bare") and res["bare"]["mb_per_s"], geo_r and geo_r["mb_per_s"]),
+        "copy_wall_vs_bare": ratio(copy and copy["step_wall"]["mb_per_s"],
+                                   res.get("bare") and res["bare"]["mb_per_s"]),
     }
     return result
 
@@ -550,8 +585,9 @@ def table(result: dict[str, Any]) -> list[str]:
     lines = [
         "| data set | messages | raw produce MB/s | raw consume MB/s | raw pipeline MB/s (msg/s) | native geo MB/s "
         "(msg/s) | geo first entry (s) | copy phase MB/s (msg/s) | copy step wall MB/s | naive loop MB/s | "
-        "copy phase / geo | copy wall / geo | copy phase / raw pipeline | copy wall / raw pipeline |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "copy phase / geo | copy wall / geo | copy phase / raw pipeline | copy wall / raw pipeline | bare entry copy "
+        "MB/s | bare / geo | copy wall / bare |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for ds in result["datasets"]:
         m, r = ds["methods"], ds["ratios"]
@@ -565,7 +601,8 @@ def table(result: dict[str, Any]) -> list[str]:
             f"| {_fmt(copy and copy['mb_per_s'])} ({_fmt(copy and copy['msgs_per_s'], 0)}) "
             f"| {_fmt(copy and copy['step_wall']['mb_per_s'])} | {_fmt(naive and naive['mb_per_s'])} "
             f"| {_x(r['copy_phase_vs_geo'])} | {_x(r['copy_wall_vs_geo'])} | {_x(r['copy_phase_vs_raw_pipeline'])} "
-            f"| {_x(r['copy_wall_vs_raw_pipeline'])} |"
+            f"| {_x(r['copy_wall_vs_raw_pipeline'])} | {_fmt(m.get('bare') and m['bare']['mb_per_s'])} "
+            f"| {_x(r.get('bare_vs_geo'))} | {_x(r.get('copy_wall_vs_bare'))} |"
         )
     lookup = result.get("lookup")
     if lookup:
@@ -585,8 +622,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     series = {"raw pipeline": ("raw", lambda m: m), "native geo": ("geo", lambda m: m),
               "copy phase": ("copy", lambda m: m), "copy step wall": ("copy", lambda m: m["step_wall"]),
-              "naive loop": ("naive", lambda m: m)}
-    colors = dict(zip(series, ("black", "tab:blue", "tab:red", "tab:orange", "tab:green"), strict=True))
+              "naive loop": ("naive", lambda m: m), "bare entry copy": ("bare", lambda m: m)}
+    colors = dict(zip(series, ("black", "tab:blue", "tab:red", "tab:orange", "tab:green", "tab:purple"),
+                      strict=True))
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
     for ax, key, label in ((axes[0], "mb_per_s", "MB/s (payload)"), (axes[1], "msgs_per_s", "messages/s")):
         for name, (method, pick) in series.items():
@@ -664,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where specs and step run dirs go (default: a new temporary directory, kept)")
     parser.add_argument("--copy-engine", choices=("auto", "java", "python"), default=None,
                         help="the copy's options.copy_engine (default: the spec default, auto)")
+    parser.add_argument("--bare-adds", type=_csv(str, ("tags", "hash")), default=[],
+                        help="the engine's work the bare copy does too: tags (the two properties), hash (default none)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
@@ -683,12 +723,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.copy_engine:
         COPY_OPTIONS["copy_engine"] = args.copy_engine
     engine_build_s = None
-    if "copy" in args.methods:  # the copy engine is built on first use: not inside a timed copy
+    if {"copy", "bare"} & set(args.methods):  # the engine is built on first use: not inside a timed copy
         from pulsar_migration.replication import engine
 
         if engine.unavailable_reason() is None:
             started = time.monotonic()
             engine.compiled(engine.pulsar_lib())  # type: ignore[arg-type]
+            if "bare" in args.methods:
+                from benchmarks import bare_entry_copy
+
+                bare_entry_copy.compiled()
             engine_build_s = round(time.monotonic() - started, 3)
 
     def count(size: int, mb: float) -> int:
@@ -720,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         result["spark_slots"] = slots
         for ds in datasets:
             result["datasets"].append(run_dataset(ds, args.methods, args.partitions, slots, work, tenants,
-                                                  args.geo_timeout))
+                                                  args.geo_timeout, tuple(args.bare_adds)))
         if "copy" in args.methods and args.lookup_mb > 0:
             result["lookup"] = run_lookup(args.lookup_size, count(args.lookup_size, args.lookup_mb), args.partitions,
                                           slots, work, tenants)

@@ -33,7 +33,7 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     result = json.loads(out.read_text())
     [ds] = result["datasets"]
     assert (ds["size"], ds["batched"], ds["messages"]) == (1024, True, 300)
-    assert set(ds["methods"]) == {"raw", "geo", "copy", "naive"}
+    assert set(ds["methods"]) == {"raw", "geo", "copy", "naive", "bare"}
     for name, method in ds["methods"].items():
         assert method["msgs_per_s"] > 0 and method["mb_per_s"] > 0, name
     assert ds["methods"]["copy"]["copied_messages"] == 300
@@ -42,6 +42,9 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     for key in ("produce", "consume", "pipeline"):
         assert ds["methods"]["raw"][key]["msgs_per_s"] > 0, key
     assert ds["ratios"]["copy_phase_vs_geo"] > 0 and ds["ratios"]["copy_phase_vs_raw_pipeline"] > 0
+    bare = ds["methods"]["bare"]["figures"]
+    assert bare["messages"] == 300 and bare["receipts"] == bare["entries"] > 0
+    assert ds["ratios"]["bare_vs_geo"] > 0 and ds["ratios"]["copy_wall_vs_bare"] > 0
     assert "| 1024B-batched | 300 |" in capsys.readouterr().out
     # Every tenant the run created is gone from both clusters.
     assert result["tenants"]

@@ -10,6 +10,7 @@ import pulsar
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.replication import posmap
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
@@ -65,6 +66,11 @@ def test_many_small_topics_copy_in_one_engine_process_and_a_rerun_copies_only_wh
         for topic in filled[::5]:
             assert [(m["data"], m["key"]) for m in drain(cluster_b, topic)] == \
                 [(m["data"], m["key"]) for m in drain(cluster_a, topic)]
+        # A part file of the map per partition copied, merged into one at the end of the run; the re-runs below
+        # continue from the merged map's ends.
+        compaction = first["details"]["position_map_compaction"]
+        assert compaction["files_merged"] >= len(filled) and compaction["rows"] == 3 * len(filled)
+        assert len(posmap.part_files(str(tmp_path))) == 1
 
         assert step(spec, tmp_path) == 0
         again = report(tmp_path)
@@ -80,6 +86,10 @@ def test_many_small_topics_copy_in_one_engine_process_and_a_rerun_copies_only_wh
         assert third["counts"]["partitions_unchanged"] == len(filled) - 2
         for topic in newer:
             assert [m["data"] for m in drain(cluster_b, topic)] == [m["data"] for m in drain(cluster_a, topic)]
+        assert third["details"]["position_map_compaction"] is None  # a few new parts: left until there are more
+        position_map = posmap.read_local(str(tmp_path))
+        assert position_map is not None and len(position_map) == 3 * len(filled) + 2 * len(newer)
+        assert set(position_map["topic"]) == set(filled) | {partitions[0]}
     finally:
         c.close()
         for admin in (admin_a, admin_b):

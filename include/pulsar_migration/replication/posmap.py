@@ -3,11 +3,13 @@
 One row per target entry, built by reading the target after the copy (so it describes exactly what the
 target holds, including entries a killed run left unmapped) and checked against the send receipts.
 `sync_progress` joins source cursors with it. Each run appends only entries after the map's end per
-partition, so rows never repeat; readers still drop duplicates defensively.
+partition, so rows never repeat; readers still drop duplicates defensively (and compaction relies on it).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from pyspark.sql import types as T
 
 from pulsar_migration import rundir
 from pulsar_migration.positions import Position
+
+log = logging.getLogger(__name__)
 
 POSITION_MAP_DATASET = "position_map"
 
@@ -207,3 +211,54 @@ def ends_local(run_dir: str) -> dict[str, MapEnd]:
     return {row.topic: MapEnd(Position(int(row.target_ledger), int(row.target_entry)),
                               Position(int(row.source_ledger), int(row.source_entry)))
             for row in last.itertuples(index=False)}
+
+
+# -- compaction (a local run dir) --------------------------------------------------------------------------
+
+# Every run adds a part file per partition it mapped (the engine's and the driver path's parts, Spark's tasks'),
+# and reading costs about 1.4 ms a file whatever its size: 1,339 parts of a 1,214-partition tenant took 1.9 s to
+# read (ends_local) and 0.07 s once merged into one. The cutover's final delta reads the map inside its hold, so
+# small parts are merged at the end of a run once there are this many; larger ones are left as they are (merging
+# them again each time would rewrite the bulk of a big map on every run).
+COMPACT_MIN_FILES = 16
+SMALL_PART_BYTES = 8 * 1024 * 1024
+
+
+def part_files(run_dir: str) -> list[Path]:
+    """The map's part files as readers see them (hidden and underscore names are not data)."""
+    directory = Path(rundir.local_path(location(run_dir)))
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir()
+                  if p.suffix == ".parquet" and not p.name.startswith((".", "_")) and p.is_file())
+
+
+def compact_local(run_dir: str, *, min_files: int = COMPACT_MIN_FILES,
+                  small_bytes: int = SMALL_PART_BYTES) -> dict[str, Any] | None:
+    """Merges the map's small part files into one when there are at least `min_files` of them (a local run dir;
+    nothing else may write the map meanwhile). None when there was nothing to do, else what was merged.
+
+    Safe to kill at any point: the merged file appears whole (write_part) before any part it replaces is deleted,
+    so a kill in between leaves rows twice, which every reader drops, and the next compaction merges again."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    if not rundir.is_local(run_dir):
+        return None
+    small = [p for p in part_files(run_dir) if p.stat().st_size < small_bytes]
+    if len(small) < min_files:
+        return None
+    started = time.monotonic()
+    table = ds.dataset([str(p) for p in small], format="parquet", schema=_arrow_schema()).to_table()
+    frame = table.to_pandas().drop_duplicates(list(KEY_COLUMNS))
+    frame = frame.sort_values(["topic", "target_ledger", "target_entry"], kind="stable")
+    merged = pa.Table.from_pandas(frame, schema=_arrow_schema(), preserve_index=False)
+    write_part(run_dir, merged, f"part-compact-{uuid.uuid4().hex}.parquet")
+    for part in small:
+        part.unlink(missing_ok=True)
+        part.with_name(f".{part.name}.crc").unlink(missing_ok=True)  # Spark's local-filesystem checksum
+    done = {"files_merged": len(small), "rows": merged.num_rows, "duplicates_dropped": table.num_rows - len(frame),
+            "seconds": round(time.monotonic() - started, 3)}
+    log.info("position map: %d small part file(s) merged into one (%d rows, %.2fs)", len(small), merged.num_rows,
+             done["seconds"])
+    return done

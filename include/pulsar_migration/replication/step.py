@@ -120,6 +120,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
             else None
         outcomes = replicate_in_driver(ctx, jobs) if in_driver else replicate(ctx, jobs, use_engine)
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
+        if not ctx.dry_run and snapshot is None:  # not inside the cutover's hold: the next delta reads it there
+            report.details["position_map_compaction"] = posmap.compact_local(ctx.run_dir)
         summarise(ctx, outcomes, time.monotonic() - started)
     finally:
         src_admin.close()
