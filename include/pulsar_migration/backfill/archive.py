@@ -89,9 +89,15 @@ def read_window_rows(spec: MigrationSpec, window: Window) -> Any:
 
 
 def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, ranges: list[WindowRange]) -> DataFrame:
-    """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated)."""
-    todo = [wr for wr in ranges if not wr.empty]
-    rdd = spark.sparkContext.parallelize(todo, max(1, len(todo))).mapPartitions(read_window_rows(spec, window))
+    """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated).
+    Partitions are read in a few tasks per Spark slot, each on one client: a task and a client per partition took
+    the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""
+    from pulsar_migration.replication.step import task_groups
+
+    groups = task_groups([wr for wr in ranges if not wr.empty], spark.sparkContext.defaultParallelism)
+    read = read_window_rows(spec, window)
+    rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
+           .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())
 
 

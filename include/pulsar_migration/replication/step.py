@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
@@ -304,11 +304,13 @@ def copy_engine_wanted(spec: MigrationSpec) -> bool:
 # clients for each: a re-run of a 1000-topic tenant with nothing new took 172 s, 0.14 s a partition.
 PYTHON_TASKS_PER_SLOT = 2
 PYTHON_TASK_THREADS = 8
+Job = TypeVar("Job")
 
 
-def task_groups(jobs: list[PartitionJob], slots: int) -> list[list[PartitionJob]]:
+def task_groups(jobs: list[Job], slots: int) -> list[list[Job]]:
     """The partitions of each Python-path Spark task: one each while they are few, else dealt round-robin into
-    PYTHON_TASKS_PER_SLOT x `slots` groups (a topic's partitions, listed together, land in different tasks)."""
+    PYTHON_TASKS_PER_SLOT x `slots` groups (a topic's partitions, listed together, land in different tasks).
+    Backfill archive windows group their partitions' reads the same way."""
     tasks = max(1, slots * PYTHON_TASKS_PER_SLOT)
     if len(jobs) <= tasks:
         return [[job] for job in jobs]
