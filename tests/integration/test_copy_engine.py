@@ -2,8 +2,8 @@
 engine copies the same, entry for entry, judged by the plain Python client reading both sides.
 
 Compressed batches (the engine sends them decompressed, as one entry each), an unbatched compressed topic with a
-delayed message (the engine keeps the delivery time from the entry's metadata, no admin lookups), a topic of
-large messages that copy_engine auto leaves to the Python path, a re-run that copies nothing, and the Python
+delayed message (the engine keeps the delivery time from the entry's metadata, no admin lookups), batches of
+large messages (the engine takes them too), a re-run that copies nothing, and the Python
 path's own hash of the same source range (a dry run reads it with the Python client) equal to the engine's.
 The engine also reads the target back (its verification and map rows): the Python client's read-back of the same
 target range (partition.scan_copied_target) must give the same hash, pairs and rows, and a message on the target
@@ -95,7 +95,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
     unbatched.send(b"w" * (7 * 1024 * 1024))  # over the broker's 5 MiB once decompressed: the engine compresses it
     large = c.create_producer(f"persistent://{tenant}/ns/large", batching_enabled=True, batching_max_messages=4,
                               batching_max_publish_delay_ms=50, block_if_queue_full=True)
-    for i in range(20):  # batches of 12 KiB messages: under copy_engine auto the Python path copies them
+    for i in range(20):  # batches of 12 KiB messages: the engine copies them too (the Python path loses binary keys)
         large.send_async(bytes([i]) * 12_288, None)
     large.flush()
     wide = c.create_producer(f"persistent://{tenant}/ns/wide", batching_enabled=False)
@@ -119,7 +119,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         batched = {t.rsplit("/", 1)[1] for t, p in parts.items() if p["source_entries"] < p["source_messages"]}
         assert batched == {"lz4-partition-0", "lz4-partition-1", "large", "big"}  # the producers really batched
         assert parts[f"persistent://{tenant}/ns/big"]["source_entries"] == 1
-        assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python",
+        assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "java",
                            "wide": "java", "big": "java"}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
         assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 303 + 20 + 20 + BIG_BATCH
@@ -127,7 +127,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert rep["counts"]["delivery_time_lookups"] == 0 and rep["counts"]["delayed_messages"] == 1
         # The engine's read-back of the target against the Python client's read-back of the same range.
         assert {t.rsplit("/", 1)[1]: p["verified_by"] for t, p in parts.items()} == {
-            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "python", "wide": "java",
+            "lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "java", "wide": "java",
             "big": "java"}
         rows = posmap.read_local(str(tmp_path / "run"))
         python_client = client(cluster_b)
@@ -354,6 +354,18 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
             target = binary_keys("read", cluster_b.service_url, topic)
             if engine_choice == "auto":
                 assert target == source
+                # Batches of 12 KiB messages (the Python path took them until 2026-11-26, and lost the flag).
+                large = f"persistent://{tenant}/ns/large-keys"
+                admin_a.put(f"/persistent/{tenant}/ns/large-keys")
+                binary_keys("produce", cluster_a.service_url, large, "20", str(12 * 1024))
+                large_source = binary_keys("read", cluster_a.service_url, large)
+                assert len(large_source) == 42 and sum(line.startswith("true ") for line in large_source) == 40
+                assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+                assert step(spec, tmp_path / engine_choice) == 0
+                parts = {p["topic"]: p for p in report(tmp_path / engine_choice)["details"]["partitions"]}
+                assert parts[large]["copy_engine"] == "java" and parts[large]["copied_messages"] == 42
+                assert parts[large]["source_entries"] < parts[large]["source_messages"]  # batched
+                assert binary_keys("read", cluster_b.service_url, large) == large_source
             else:  # the key's base64 text, as a plain key
                 expected = [f"false {base64.b64encode(bytes.fromhex(key)).hex()} {value}" if flag == "true"
                             else line for line in source for flag, key, value in [line.split(" ")]]

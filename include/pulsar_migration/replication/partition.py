@@ -651,14 +651,6 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     return scan.rows
 
 
-# With copy_engine auto, batched partitions whose messages average more than this go through the Python path:
-# measured side by side (benchmarks/README.md, 2026-11-25), on 16 KiB messages in batches of eight the Python path's
-# step was 1.06-1.13x the engine's (384 and 768 MB): with few messages an entry it has little per-message Python
-# work and the JVM's fixed cost (start, JIT) weighs. Unbatched, the engine was 1.33x the Python path at 768 MB
-# (0.93x at 384 MB), and it is 1.4-4.4x faster up to 1 KiB messages whatever the batching.
-ENGINE_MAX_AVERAGE_MESSAGE_BYTES = 8 * 1024
-
-
 def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
     """The source partition's average message size from its counters since it was loaded (None: unknown)."""
     stats = admin.get(f"{admin.topic_path(topic)}/stats")
@@ -666,25 +658,12 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
     return size / messages if messages else None
 
 
-def batched_source(admin: PulsarAdmin, topic: str) -> bool:
-    """Whether the source partition's entries hold more than one message on average since it was loaded."""
-    stats = admin.get(f"{admin.topic_path(topic)}/stats")
-    internal = admin.get(f"{admin.topic_path(topic)}/internalStats")
-    messages, entries = int(stats.get("msgInCounter") or 0), int(internal.get("entriesAddedCounter") or 0)
-    return entries > 0 and messages > entries
-
-
-def python_path_copies_faster(admin: PulsarAdmin, topic: str, average: float | None) -> bool:
-    """copy_engine auto's rule: batches of large messages (ENGINE_MAX_AVERAGE_MESSAGE_BYTES) take the Python path."""
-    return average is not None and average > ENGINE_MAX_AVERAGE_MESSAGE_BYTES and batched_source(admin, topic)
-
-
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
                  clients: SharedClients | None = None, rows_dir: str | None = None) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
-    partition's resume point is read from the target first; partitions unchanged since the map are left out, and
-    with copy_engine auto batches of large messages (python_path_copies_faster). With `rows_dir` the engine
-    also reads each partition's target back (EngineScan), its map rows in a file there. Returns the jobs with what
+    partition's resume point is read from the target first; partitions unchanged since the map are left out. With
+    `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
+    Returns the jobs with what
     the engine did attached (PartitionJob.engine); never raises. `clients`: opened by the caller (else here)."""
     started = time.monotonic()
     try:
@@ -707,9 +686,9 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             try:
                 if job.upper is None or unchanged_since_map(task):
                     return
+                # Every partition, whatever its messages' size: batches of 16 KiB messages went through the Python
+                # path for its 1.06-1.13x speed there until 2026-11-26, and lost Java producers' binary-key flag.
                 average = average_message_bytes(active.src_admin, job.topic)
-                if spec.copy_engine == "auto" and python_path_copies_faster(active.src_admin, job.topic, average):
-                    return
                 todo[job.topic] = (job, resume_point(task, mark=True), receiver_queue_for(average))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
