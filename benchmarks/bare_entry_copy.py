@@ -36,8 +36,9 @@ class Partition:
     entries: int
 
 
-def compiled() -> tuple[Path, Path]:
-    """(classes dir, engine jar): compiled against the engine's build and the Pulsar distribution, once per source."""
+def compiled() -> tuple[Path, Path, Path]:
+    """(classes dir, engine jar, the distribution's lib/): compiled against the engine's build and the Pulsar
+    distribution, once per source."""
     lib = engine.pulsar_lib()
     if lib is None or engine.unavailable_reason():
         raise BareCopyError(f"bare copy: {engine.unavailable_reason()}")
@@ -50,7 +51,7 @@ def compiled() -> tuple[Path, Path]:
         if answer.returncode != 0:
             raise BareCopyError(f"compiling BareEntryCopy failed: {answer.stderr.strip()[:500]}")
         (classes / "done").touch()
-    return classes, build.jar
+    return classes, build.jar, lib
 
 
 def run(source_url: str, target_url: str, partitions: list[Partition], adds: tuple[str, ...] = (),
@@ -60,8 +61,7 @@ def run(source_url: str, target_url: str, partitions: list[Partition], adds: tup
     unknown = set(adds) - set(ADDS)
     if unknown:
         raise BareCopyError(f"bare copy: unknown additions {sorted(unknown)} (known: {', '.join(ADDS)})")
-    classes, jar = compiled()
-    lib = engine.pulsar_lib()
+    classes, jar, lib = compiled()
     args = [source_url, target_url]
     for p in partitions:
         args += [p.source_topic, p.target_topic, str(p.entries)]

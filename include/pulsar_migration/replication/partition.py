@@ -663,8 +663,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out. With
     `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
-    Returns the jobs with what
-    the engine did attached (PartitionJob.engine); never raises. `clients`: opened by the caller (else here)."""
+    Returns the jobs with what the engine did attached (PartitionJob.engine); never raises. `clients`: opened by
+    the caller (else here)."""
     started = time.monotonic()
     try:
         process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read

@@ -193,10 +193,9 @@ def read_local(run_dir: str, topics: Iterable[str] | None = None) -> Any | None:
     when the run dir has no map yet."""
     import pyarrow.dataset as ds
 
-    directory = Path(rundir.local_path(location(run_dir)))
-    if not directory.is_dir() or not any(p.suffix == ".parquet" for p in directory.iterdir()):
+    if not part_files(run_dir):
         return None
-    dataset = ds.dataset(str(directory), format="parquet", schema=_arrow_schema())
+    dataset = ds.dataset(rundir.local_path(location(run_dir)), format="parquet", schema=_arrow_schema())
     wanted = None if topics is None else ds.field("topic").isin(list(topics))
     frame = dataset.to_table(filter=wanted).to_pandas()
     return frame.drop_duplicates(list(KEY_COLUMNS))
