@@ -375,6 +375,80 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
             cleanup(tenant, admin_a, admin_b)
 
 
+def test_the_final_delta_goes_through_the_engine_with_identities_binary_keys_and_last_sequence_ids(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The cutover's final delta as the switch runs it: in the driver, through an engine started before the hold
+    (switch.step.final_delta_engine). A first copy (the catch-up) and then the delta of what Java producers wrote
+    since: every delta entry keeps its source producer's name, sequence id and highest sequence id; the binary keys
+    read back as bytes (the Java client judges both sides); and the target's deduplication knows each producer's
+    last sequence id as the source stored it (a batch's highest, which the client sends only for batches it built
+    itself: a producer created there with that name is told it)."""
+    from pulsar_migration.switch.step import final_delta_engine
+
+    tenant = source_tenant(admin_a, cluster_a, unique("it-delta-engine"))
+    topic = f"persistent://{tenant}/ns/keys"
+    admin_a.put(f"/persistent/{tenant}/ns/keys")
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+
+    def headers(admin: PulsarAdmin, cluster: LocalCluster) -> list[dict[str, str]]:
+        entries = dict.fromkeys(tuple(m["entry"]) for m in drain(cluster, topic))
+        return [admin.entry_headers(topic, *entry) for entry in entries]
+
+    try:
+        binary_keys("produce", cluster_a.service_url, topic, "10")
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        assert step(spec_path, tmp_path / "run") == 0
+        caught_up = len(headers(admin_b, cluster_b))
+        binary_keys("produce", cluster_a.service_url, topic, "25")
+        c = client(cluster_a)  # the C++ client leaves a batch's highest sequence id out of its metadata
+        producer = c.create_producer(topic, producer_name="python-batches", batching_enabled=True,
+                                     batching_max_messages=5, batching_max_publish_delay_ms=60_000)
+        for i in range(10):
+            producer.send_async(f"python-{i}".encode(), None, partition_key=f"k{i}")
+        producer.flush()
+        c.close()
+        process = final_delta_engine(MigrationSpec.load(str(spec_path)))
+        assert process is not None
+        delta = functools.partial(run, keep_identity=True, in_driver=True, engine_process=process)
+        assert run_step(STEP, delta, ["--spec", str(spec_path), "--run-dir", str(tmp_path / "run")]) == 0
+        rep = report(tmp_path / "run")
+        part = rep["details"]["partitions"][0]
+        assert rep["details"]["in_driver"] and rep["details"]["copy_engine"] == "java"
+        assert (part["copy_engine"], part["verified_by"], part["copied_messages"]) == ("java", "python", 62)
+        assert binary_keys("read", cluster_b.service_url, topic) == binary_keys("read", cluster_a.service_url, topic)
+
+        identity = ("X-Pulsar-producer-name", "X-Pulsar-sequence-id", "X-Pulsar-highest-sequence-id")
+        source = [tuple(h.get(name) for name in identity) for h in headers(admin_a, cluster_a)]
+        target = [tuple(h.get(name) for name in identity) for h in headers(admin_b, cluster_b)]
+        assert len(source) == len(target) and target[caught_up:] == source[caught_up:]
+        assert all(name.startswith("pm-copy-") for name, _, _ in target[:caught_up])
+        log.info("delta entries (producer, sequence id, highest): %s", target[caught_up:])
+        # The broker's deduplication state as the source's would be (without dedup the source keeps none): a batch's
+        # highest sequence id, else its lowest plus its size less one.
+        last: dict[str, int] = {}
+        for h in headers(admin_a, cluster_a)[caught_up:]:
+            sequence = int(h["X-Pulsar-sequence-id"])
+            highest = h.get("X-Pulsar-highest-sequence-id")
+            batch = int(h.get("X-Pulsar-num-batch-message", "1"))
+            name = h["X-Pulsar-producer-name"]
+            last[name] = max(last.get(name, -1), int(highest) if highest else sequence + batch - 1)
+        assert last["python-batches"] == 9
+        c = client(cluster_b)
+        try:
+            told = {}
+            for name in last:
+                producer = c.create_producer(topic, producer_name=name)
+                told[name] = producer.last_sequence_id()
+                producer.close()
+        finally:
+            c.close()
+        assert told == last and len(last) == 3
+    finally:
+        cleanup(tenant, admin_a, admin_b)
+
+
 def test_the_engines_read_back_leaves_out_dropped_resends_and_fails_on_a_message_no_copy_wrote(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,

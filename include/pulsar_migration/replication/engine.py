@@ -343,7 +343,8 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 class EngineJob:
     """One partition for the engine: (after, upper] of `topic` is read and hashed; entries <= resume_after are
     already on the target (hashed, not sent). With `rows_file`, the target is read back after the copy from after
-    `scan_after` (the map's last target entry) and the map rows are written there (EngineScan)."""
+    `scan_after` (the map's last target entry) and the map rows are written there (EngineScan). `keep_identity`
+    (the cutover's final delta): every entry goes under its source producer's name with its source sequence ids."""
 
     topic: str
     base_topic: str
@@ -353,6 +354,7 @@ class EngineJob:
     scan_after: Position | None = None
     rows_file: str | None = None
     receiver_queue: int = RECEIVER_QUEUE
+    keep_identity: bool = False
 
 
 class EngineProcess:
@@ -387,6 +389,7 @@ class EngineProcess:
         assert self._process.stdin is not None
         self._process.stdin.write(json.dumps(settings) + "\n")
         self._process.stdin.flush()
+        self._used = False
 
     def run(self, jobs: list[EngineJob]) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
         """Each topic's result or its one-line error, and the process's start-up times. EngineError when the
@@ -394,7 +397,9 @@ class EngineProcess:
         lines = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
                              "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                              "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
-                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue} for j in jobs])
+                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
+                             "keep_identity": j.keep_identity} for j in jobs])
+        self._used = True
         try:
             stdout, stderr = self._process.communicate(lines + "\n")
         except BrokenPipeError:  # it died before reading the jobs: its output says why
@@ -418,7 +423,10 @@ class EngineProcess:
         return results, timings
 
     def abandon(self) -> None:
-        """Stops a process that got no jobs."""
+        """Stops a process that got no jobs (nothing to do once it got them: it ends by itself)."""
+        if self._used:
+            return
+        self._used = True
         self._process.kill()
         self._process.communicate()
         if self._recording:

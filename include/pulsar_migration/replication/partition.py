@@ -659,15 +659,17 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
 
 
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
-                 clients: SharedClients | None = None, rows_dir: str | None = None) -> list[PartitionJob]:
+                 clients: SharedClients | None = None, rows_dir: str | None = None,
+                 process: EngineProcess | None = None) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out. With
     `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises. `clients`: opened by
-    the caller (else here)."""
+    the caller (else here); `process`: started by the caller (the cutover's, before it holds the clients)."""
     started = time.monotonic()
     try:
-        process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
+        if process is None:
+            process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
     except Exception:  # e.g. the engine does not build: the Python path copies, one line per failure
         log.warning("copy engine phase skipped", exc_info=True)
         return jobs
@@ -704,7 +706,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
-                      receiver_queue=queue)
+                      receiver_queue=queue, keep_identity=job.keep_identity)
             for job, resume, queue in todo.values() if job.upper is not None]
     try:
         results, timings = process.run(work)

@@ -20,6 +20,7 @@ from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
+from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
     ENGINE_DONE,
     ENGINE_LEFT,
@@ -30,6 +31,7 @@ from pulsar_migration.replication.partition import (
     SharedClients,
     copy_partition,
     engine_group,
+    engine_phase,
 )
 from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
@@ -62,7 +64,8 @@ Bound = Callable[[str], "tuple[Position, Position | None] | None"]
 
 
 def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Literal["auto"] = False,
-        bound: Bound | None = None, snapshot: FenceSnapshot | None = None) -> None:
+        bound: Bound | None = None, snapshot: FenceSnapshot | None = None,
+        engine_process: EngineProcess | None = None) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
     sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
     dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
@@ -70,7 +73,18 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     (`small_delta`). `bound` (backfill windows) caps each partition's
     range and says where a partition new to the map starts. `snapshot` (the cutover's final delta) gives each
     partition's bound, the target's last entry and its deduplication state as read right after the fence:
-    the source is quiet then, and nothing else writes the target."""
+    the source is quiet then, and nothing else writes the target. `engine_process`: a copy engine the cutover
+    started before it held the clients, for the final delta (stopped here when unused)."""
+    try:
+        _run(ctx, keep_identity=keep_identity, in_driver=in_driver, bound=bound, snapshot=snapshot,
+             engine_process=engine_process)
+    finally:
+        if engine_process is not None:
+            engine_process.abandon()
+
+
+def _run(ctx: StepContext, *, keep_identity: bool, in_driver: bool | Literal["auto"], bound: Bound | None,
+         snapshot: FenceSnapshot | None, engine_process: EngineProcess | None) -> None:
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
@@ -112,13 +126,17 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
                 from pulsar_migration.replication import geo
 
                 report.details["geo"] = geo.prepare(spec, src_admin, tgt_admin, jobs)
-            elif not keep_identity and not in_driver:  # driver deltas are small: a JVM start would dominate
+            elif keep_identity or not in_driver:
+                # The final delta goes through the engine whatever its size: only the engine keeps a Java producer's
+                # binary-key flag, and it reads identities from the entries, where the Python path asks the admin
+                # API for each. Other driver deltas are small: a JVM start would dominate them.
                 use_engine = copy_engine_wanted(spec)
             report.details["prepare_s"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
         report.details["copy_engine"] = ("java" if use_engine else "python") if spec.replication_mode == "copy" \
             else None
-        outcomes = replicate_in_driver(ctx, jobs) if in_driver else replicate(ctx, jobs, use_engine)
+        outcomes = (replicate_in_driver(ctx, jobs, use_engine, engine_process) if in_driver
+                    else replicate(ctx, jobs, use_engine))
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         if not ctx.dry_run and snapshot is None:  # not inside the cutover's hold: the next delta reads it there
             report.details["position_map_compaction"] = posmap.compact_local(ctx.run_dir)
@@ -431,11 +449,17 @@ def driver_threads(spec: MigrationSpec, jobs: int) -> int:
     return max(1, min(jobs, max(spec.admin_concurrency, DRIVER_THREADS_MIN)))
 
 
-def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob]) -> list[PartitionOutcome]:
+def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False,
+                        engine_process: EngineProcess | None = None) -> list[PartitionOutcome]:
     """The same partition tasks in driver threads (bounded by the spec's admin concurrency); the verified
-    partitions' rows are appended to the map in one local Parquet file."""
+    partitions' rows are appended to the map in one local Parquet file. `use_engine`: the copy phase goes
+    through one engine process first (`engine_process` when given), the Python client reads the target back."""
     shared = SharedClients.open(ctx.spec)
     try:
+        if use_engine:
+            started = time.monotonic()
+            jobs = engine_phase(ctx.spec, jobs, ctx.spec.copy_max_in_flight, shared, process=engine_process)
+            ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
         task = _partition_task(ctx.spec, ctx.dry_run, shared)
         with ThreadPoolExecutor(driver_threads(ctx.spec, len(jobs))) as pool:
             results = [result for chunk in pool.map(lambda job: list(task(iter([job]))), jobs) for result in chunk]

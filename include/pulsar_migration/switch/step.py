@@ -62,8 +62,10 @@ from pulsar_migration.admin import PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
+from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.report import StepReport
 from pulsar_migration.snapshot import FenceSnapshot, read_side
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 from pulsar_migration.switch.fanout import FENCE_THREADS, each_partition
 from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
@@ -206,6 +208,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
     geo = spec.replication_mode == "geo"
     flipped = False
     held_at = None
+    engine_process = None
     try:
         with phases("catch_up"):  # shrinks the final delta and the final sync, which run while clients wait
             rounds = []
@@ -218,6 +221,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             # Subscriptions that moved since sync_progress are set now, so the final sync has little to do.
             rounds.append(sub_step(ctx, "sync_progress", in_driver=True, name="catch_up"))
             report.details["catch_up"] = rounds
+        engine_process = None if geo else final_delta_engine(spec)
         with phases("source_dedup"):
             report.details["source_deduplication_enabled_on"] = source_deduplication(ctx, src_admin, partitions)
         fenced_namespaces = namespaces(ctx, src_admin)  # read before the hold: clients do not wait for it
@@ -246,7 +250,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                 steps.lap("target_read")
                 report.details["fence_s"] = steps.laps
         with phases("final_replicate"):
-            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True, snapshot=snapshot)
+            report.details["final_replicate"] = sub_step(ctx, "replicate_topics", in_driver=True, snapshot=snapshot,
+                                                         engine_process=engine_process)
         if geo:
             with phases("target_dedup"):
                 report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers)
@@ -272,6 +277,22 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
         if isinstance(exc, StepFailed):
             raise SwitchError(f"switch failed in {phases.current} (rolled back: route unchanged): {exc}") from None
         raise
+    finally:
+        if engine_process is not None:
+            engine_process.abandon()  # unused: the switch failed before its final delta
+
+
+def final_delta_engine(spec: MigrationSpec) -> EngineProcess | None:
+    """The copy engine of the final delta, started before the hold: its JVM and clients are ready by the time the
+    fence ends (about 1-2 s of start-up the held clients do not wait for). None: the Python path copies (no engine
+    here, `copy_engine: python`, or it cannot start: the delta says why)."""
+    from pulsar_migration.replication import engine
+
+    try:
+        return EngineProcess(spec, spec.copy_max_in_flight) if engine.wanted(spec) else None
+    except Exception:
+        log.warning("copy engine for the final delta not started", exc_info=True)
+        return None
 
 
 def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[str]) -> list[str]:
@@ -288,10 +309,12 @@ def source_deduplication(ctx: StepContext, admin: PulsarAdmin, partitions: list[
 
 
 def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driver: bool | Literal["auto"] = False,
-             name: str = "", snapshot: FenceSnapshot | None = None) -> dict[str, Any]:
+             name: str = "", snapshot: FenceSnapshot | None = None,
+             engine_process: EngineProcess | None = None) -> dict[str, Any]:
     """Runs replicate_topics or sync_progress in this process under the switch; its report goes to
     RUN_DIR/switch_lookup.<step>[.<name>].json. `in_driver` takes their driver-only paths (no Spark job; the
-    final delta is small and clients wait for it); `snapshot` is what the fence read. Returns its verdict,
+    final delta is small and clients wait for it); `snapshot` is what the fence read; `engine_process` the final
+    delta's copy engine (final_delta_engine). Returns its verdict,
     counts and time; StepFailed when it failed."""
     from pulsar_migration.progress.step import run as progress_run
     from pulsar_migration.replication.step import run as replication_run
@@ -301,7 +324,8 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
                       args=argparse.Namespace(markdelete_only=False), report=report, _lazy_spark=ctx._lazy_spark)
     try:
         if step == "replicate_topics":
-            replication_run(sub, keep_identity=keep_identity, in_driver=in_driver, snapshot=snapshot)
+            replication_run(sub, keep_identity=keep_identity, in_driver=in_driver, snapshot=snapshot,
+                            engine_process=engine_process)
         else:
             progress_run(sub, in_driver=bool(in_driver), snapshot=snapshot)
         report.finish("ok")

@@ -53,6 +53,7 @@ import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionMode;
 import org.apache.pulsar.client.api.SubscriptionType;
 import org.apache.pulsar.client.impl.conf.ConsumerConfigurationData;
+import org.apache.pulsar.client.impl.conf.ProducerConfigurationData;
 import org.apache.pulsar.common.api.proto.CommandMessage;
 import org.apache.pulsar.common.api.proto.CompressionType;
 import org.apache.pulsar.common.api.proto.KeyValue;
@@ -61,6 +62,7 @@ import org.apache.pulsar.common.api.proto.MessageMetadata;
 import org.apache.pulsar.common.api.proto.SingleMessageMetadata;
 import org.apache.pulsar.common.compression.CompressionCodecProvider;
 import org.apache.pulsar.common.naming.TopicName;
+import org.apache.pulsar.common.protocol.ByteBufPair;
 import org.apache.pulsar.common.protocol.Commands;
 import org.apache.pulsar.common.schema.SchemaInfo;
 import org.apache.pulsar.common.schema.SchemaType;
@@ -479,6 +481,10 @@ public final class EntryCopy {
     final boolean scanWanted;  // read the target back after the copy (TargetScan), rows into rowsFile
     final long[] scanAfter;
     final String rowsFile;
+    // The cutover's final delta: every entry goes under its source producer's name with its source sequence ids, so
+    // the target's deduplication knows each client's last sequence id as the source did when the client comes back
+    // there and sends again what the source stored but never acknowledged.
+    final boolean keepIdentity;
 
     EntryCopy(JsonNode common, JsonNode job) {
         this.job = job;
@@ -496,6 +502,7 @@ public final class EntryCopy {
         this.scanWanted = job.path("scan").asBoolean(false);
         this.scanAfter = position(job.get("scan_after"));
         this.rowsFile = text(job, "rows_file");
+        this.keepIdentity = job.path("keep_identity").asBoolean(false);
         String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
                 token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
@@ -580,10 +587,22 @@ public final class EntryCopy {
             drain();
         } finally {
             consumer.closeAsync();
+            List<CompletableFuture<Void>> closed = new ArrayList<>();
             for (Producer<byte[]> producer : producers.values()) {
-                producer.closeAsync();
+                closed.add(producer.closeAsync());
             }
             release(consumer);
+            if (keepIdentity) {  // the names are the clients': gone from the target before the cutover lets them in
+                waitClosed(closed);
+            }
+        }
+    }
+
+    static void waitClosed(List<CompletableFuture<Void>> closed) {
+        try {
+            CompletableFuture.allOf(closed.toArray(new CompletableFuture[0])).get(30, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            throw new IllegalStateException("closing the copy's producers failed: " + rootMessage(e));
         }
     }
 
@@ -825,7 +844,14 @@ public final class EntryCopy {
             out.clearUncompressedSize();
             out.clearReplicatedFrom();
             out.clearReplicateTo();
-            out.setSequenceId(sequenceId(raw.ledger(), raw.entry()));
+            if (keepIdentity) {
+                out.setSequenceId(md.getSequenceId());
+                if (md.hasHighestSequenceId()) {  // a batch's last message (IdentityProducer sends it along)
+                    out.setHighestSequenceId(md.getHighestSequenceId());
+                }
+            } else {
+                out.setSequenceId(sequenceId(raw.ledger(), raw.entry()));
+            }
         }
         source.entries++;
         long bytesBefore = source.bytes;
@@ -869,9 +895,12 @@ public final class EntryCopy {
         }
         long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
         CompressionType recompress = recompression(md, body.readableBytes());
-        String name = producerPrefix + (batched ? "b" : "u") + (schemaVersion < 0 ? "n" : Long.toString(schemaVersion))
-                + (recompress == CompressionType.NONE ? "" : "z" + recompress.name().toLowerCase());
-        Producer<byte[]> producer = producer(tgt, name, schemaVersion, recompress);
+        String codec = recompress == CompressionType.NONE ? "" : "z" + recompress.name().toLowerCase();
+        String version = schemaVersion < 0 ? "n" : Long.toString(schemaVersion);
+        // An identity is kept whatever the schema version and codec: they make the producer, not its name.
+        String name = keepIdentity ? md.getProducerName() : producerPrefix + (batched ? "b" : "u") + version + codec;
+        String key = keepIdentity ? name + "\u0000" + version + codec : name;
+        Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
         long waitStart = System.nanoTime();
@@ -982,26 +1011,90 @@ public final class EntryCopy {
         return compressed ? md.getCompression() : CompressionType.LZ4;
     }
 
-    Producer<byte[]> producer(PulsarClient tgt, String name, long schemaVersion, CompressionType compression)
-            throws Exception {
-        if (!name.equals(currentProducer) && currentProducer != null) {
+    /** The producer for `key` (the name, or with identities the name, schema version and codec), created as `name`. */
+    Producer<byte[]> producer(PulsarClient tgt, String key, String name, long schemaVersion,
+                              CompressionType compression) throws Exception {
+        if (!key.equals(currentProducer) && currentProducer != null) {
             drain();  // order across producers: the previous one's entries are stored first
         }
-        currentProducer = name;
-        Producer<byte[]> producer = producers.get(name);
+        currentProducer = key;
+        Producer<byte[]> producer = producers.get(key);
         if (producer == null) {
             Schema<byte[]> schema = schemaVersion < 0 ? Schema.BYTES : schemas.of(schemaVersion);
+            org.apache.pulsar.client.api.CompressionType codec =
+                    org.apache.pulsar.client.api.CompressionType.valueOf(compression.name());
+            int pending = Math.max(2 * maxInFlight, 1000);
             try {
-                producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
-                        .enableChunking(false).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
-                        .compressionType(org.apache.pulsar.client.api.CompressionType.valueOf(compression.name()))
-                        .maxPendingMessages(Math.max(2 * maxInFlight, 1000)).blockIfQueueFull(true).create();
+                if (keepIdentity) {
+                    // The broker admits one producer per name on a topic: the name's other one (another schema
+                    // version or codec) goes first; it was drained above.
+                    List<CompletableFuture<Void>> closed = new ArrayList<>();
+                    producers.entrySet().removeIf(open -> open.getKey().startsWith(name + "\u0000")
+                            && closed.add(open.getValue().closeAsync()));
+                    waitClosed(closed);
+                    producer = IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending);
+                } else {
+                    producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
+                            .enableChunking(false).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                            .compressionType(codec).maxPendingMessages(pending).blockIfQueueFull(true).create();
+                }
             } catch (Exception e) {
                 throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(e));
             }
-            producers.put(name, producer);
+            producers.put(key, producer);
         }
         return producer;
+    }
+
+    /**
+     * A producer under a source producer's name that sends each entry's highest sequence id along with its lowest, as
+     * clients do for the batches they build (for a prepared entry the Java client sends the lowest only). The broker's
+     * deduplication records the highest, so a client coming back with that name learns the same last sequence id from
+     * the target as from the source. A batch's highest is in its metadata when a Java client built it; the C++
+     * client (Python's) leaves it out and numbers a batch's messages on from the lowest. The receipt's highest is not
+     * the pending send's (it knows its lowest only).
+     */
+    static final class IdentityProducer extends ProducerImpl<byte[]> {
+        IdentityProducer(PulsarClientImpl client, ProducerConfigurationData conf,
+                         CompletableFuture<Producer<byte[]>> created, Schema<byte[]> schema) {
+            super(client, conf.getTopicName(), conf, created, -1, schema, null, java.util.Optional.empty());
+        }
+
+        static Producer<byte[]> create(PulsarClientImpl client, String topic, String name, Schema<byte[]> schema,
+                                       org.apache.pulsar.client.api.CompressionType codec, int pending)
+                throws Exception {
+            ProducerConfigurationData conf = new ProducerConfigurationData();
+            conf.setTopicName(topic);
+            conf.setProducerName(name);
+            conf.setBatchingEnabled(false);
+            conf.setChunkingEnabled(false);
+            conf.setSendTimeoutMs(SEND_TIMEOUT_MS);
+            conf.setCompressionType(codec);
+            conf.setMaxPendingMessagesAcrossPartitions(Math.max(pending, conf.getMaxPendingMessagesAcrossPartitions()));
+            conf.setMaxPendingMessages(pending);
+            conf.setBlockIfQueueFull(true);
+            CompletableFuture<Producer<byte[]>> created = new CompletableFuture<>();
+            new IdentityProducer(client, conf, created, schema);
+            return created.get(60, TimeUnit.SECONDS);
+        }
+
+        @Override
+        protected ByteBufPair sendMessage(long producerId, long sequenceId, int numMessages, MessageId messageId,
+                                          MessageMetadata metadata, ByteBuf payload) {
+            long highest = metadata.hasHighestSequenceId() ? metadata.getHighestSequenceId()
+                    : sequenceId + (metadata.hasNumMessagesInBatch() ? metadata.getNumMessagesInBatch() - 1 : 0);
+            if (highest > sequenceId) {
+                return Commands.newSend(producerId, sequenceId, highest, numMessages, getChecksumType(), metadata,
+                        payload);
+            }
+            return super.sendMessage(producerId, sequenceId, numMessages, messageId, metadata, payload);
+        }
+
+        @Override
+        protected void ackReceived(ClientCnx cnx, long sequenceId, long highestSequenceId, long ledgerId,
+                                   long entryId) {
+            super.ackReceived(cnx, sequenceId, -1, ledgerId, entryId);
+        }
     }
 
     void drain() throws Exception {
