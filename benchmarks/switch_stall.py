@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--rate", type=float, default=200.0, help="messages/s over all topics")
     parser.add_argument("--mode", choices=("copy", "geo"), default="copy")
+    parser.add_argument("--copy-engine", choices=("auto", "java", "python"), default="auto",
+                        help="the spec's copy_engine (the final delta's path in copy mode)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = [f"persistent://{tenant}/ns/t{i}" for i in range(args.topics)]
     result: dict[str, Any] = {"benchmark": "switch_stall", "started": datetime.now(UTC).isoformat(timespec="seconds"),
                               "machine": machine(), "git": git_revision(), "topics": args.topics, "rate": args.rate,
-                              "mode": args.mode, "loadavg_start": os.getloadavg()}
+                              "mode": args.mode, "copy_engine": args.copy_engine, "loadavg_start": os.getloadavg()}
     load = None
     try:
         admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [SOURCE.name]})
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             "tenant": tenant, "source": SOURCE.name, "target": TARGET.name,
             "clusters": {c.name: {"admin_url": c.admin_url, "service_url": c.service_url, "token_env": None,
                                   "tls": None} for c in (SOURCE, TARGET)},
-            "replication": {"mode": args.mode}, "options": {"geo_timeout_s": 300},
+            "replication": {"mode": args.mode}, "options": {"geo_timeout_s": 300, "copy_engine": args.copy_engine},
             "lookup": {"url": service, "token_env": "PM_BENCH_LOOKUP_TOKEN"}}))
         os.environ["PM_BENCH_LOOKUP_TOKEN"] = TOKEN
         step_args = ["--spec", str(spec), "--run-dir", str(work / "run")]
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads((work / "run" / "switch_lookup.json").read_text())
         result["switch"] = {"exit": code, "verdict": report["verdict"], "error": report.get("error"),
                             "duration_s": round(switch_s, 1), "hold_s": report["details"].get("hold_s"),
-                            "phases_s": report["details"].get("phases_s")}
+                            "phases_s": report["details"].get("phases_s"),
+                            "final_replicate": report["details"].get("final_replicate")}
         result["cutover"] = load.window(switch_from, time.monotonic())
         log.info("switch: %s; cutover: %s", result["switch"], result["cutover"])
         load.close()

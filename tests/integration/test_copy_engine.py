@@ -343,6 +343,11 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
             topic = f"persistent://{tenant}/ns/keys"
             admin_a.put(f"/persistent/{tenant}/ns/keys")
             binary_keys("produce", cluster_a.service_url, topic, "30")
+            # Batches of 12 KiB messages (the Python path took them until 2026-11-26, and lost the flag).
+            large = f"persistent://{tenant}/ns/large-keys"
+            if engine_choice == "auto":
+                admin_a.put(f"/persistent/{tenant}/ns/large-keys")
+                binary_keys("produce", cluster_a.service_url, large, "20", str(12 * 1024))
             source = binary_keys("read", cluster_a.service_url, topic)
             assert len(source) == 62 and sum(line.startswith("true ") for line in source) == 60
             spec = write_spec(tmp_path / f"spec-{engine_choice}.json", tenant, cluster_a, cluster_b,
@@ -354,14 +359,8 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
             target = binary_keys("read", cluster_b.service_url, topic)
             if engine_choice == "auto":
                 assert target == source
-                # Batches of 12 KiB messages (the Python path took them until 2026-11-26, and lost the flag).
-                large = f"persistent://{tenant}/ns/large-keys"
-                admin_a.put(f"/persistent/{tenant}/ns/large-keys")
-                binary_keys("produce", cluster_a.service_url, large, "20", str(12 * 1024))
                 large_source = binary_keys("read", cluster_a.service_url, large)
                 assert len(large_source) == 42 and sum(line.startswith("true ") for line in large_source) == 40
-                assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
-                assert step(spec, tmp_path / engine_choice) == 0
                 parts = {p["topic"]: p for p in report(tmp_path / engine_choice)["details"]["partitions"]}
                 assert parts[large]["copy_engine"] == "java" and parts[large]["copied_messages"] == 42
                 assert parts[large]["source_entries"] < parts[large]["source_messages"]  # batched
@@ -379,13 +378,13 @@ def test_the_final_delta_goes_through_the_engine_with_identities_binary_keys_and
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,
 ) -> None:
-    """The cutover's final delta as the switch runs it: in the driver, through an engine started before the hold
-    (switch.step.final_delta_engine). A first copy (the catch-up) and then the delta of what Java producers wrote
-    since: every delta entry keeps its source producer's name, sequence id and highest sequence id; the binary keys
+    """The cutover's driver deltas as the switch runs them: a catch-up round, then the final delta of what was
+    written since, both in the driver through one engine process started before them (switch.step.delta_engine).
+    Every delta entry keeps its source producer's name, sequence id and highest sequence id; the binary keys
     read back as bytes (the Java client judges both sides); and the target's deduplication knows each producer's
     last sequence id as the source stored it (a batch's highest, which the client sends only for batches it built
     itself: a producer created there with that name is told it)."""
-    from pulsar_migration.switch.step import final_delta_engine
+    from pulsar_migration.switch.step import delta_engine
 
     tenant = source_tenant(admin_a, cluster_a, unique("it-delta-engine"))
     topic = f"persistent://{tenant}/ns/keys"
@@ -399,8 +398,13 @@ def test_the_final_delta_goes_through_the_engine_with_identities_binary_keys_and
     try:
         binary_keys("produce", cluster_a.service_url, topic, "10")
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
-        assert step(spec_path, tmp_path / "run") == 0
+        process = delta_engine(MigrationSpec.load(str(spec_path)))
+        assert process is not None
+        catch_up = functools.partial(run, in_driver=True, engine_process=process)
+        assert run_step(STEP, catch_up, ["--spec", str(spec_path), "--run-dir", str(tmp_path / "run")]) == 0
+        assert report(tmp_path / "run")["details"]["copy_engine"] == "java" and process.alive()
         caught_up = len(headers(admin_b, cluster_b))
+        assert caught_up == len(headers(admin_a, cluster_a)) == 13  # a batch of ten, one of one, 11 unbatched
         binary_keys("produce", cluster_a.service_url, topic, "25")
         c = client(cluster_a)  # the C++ client leaves a batch's highest sequence id out of its metadata
         producer = c.create_producer(topic, producer_name="python-batches", batching_enabled=True,
@@ -409,10 +413,9 @@ def test_the_final_delta_goes_through_the_engine_with_identities_binary_keys_and
             producer.send_async(f"python-{i}".encode(), None, partition_key=f"k{i}")
         producer.flush()
         c.close()
-        process = final_delta_engine(MigrationSpec.load(str(spec_path)))
-        assert process is not None
         delta = functools.partial(run, keep_identity=True, in_driver=True, engine_process=process)
         assert run_step(STEP, delta, ["--spec", str(spec_path), "--run-dir", str(tmp_path / "run")]) == 0
+        process.close()
         rep = report(tmp_path / "run")
         part = rep["details"]["partitions"][0]
         assert rep["details"]["in_driver"] and rep["details"]["copy_engine"] == "java"

@@ -306,6 +306,8 @@ def test_live_cutover(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: 
     # across the switch: every send succeeded and the target holds the cycle exactly, in order.
     assert java.returncode == 0 and f"{JAVA_TOTAL} messages successfully produced" in java_out, java_out[-3000:]
     assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    if mode == "copy":  # the final delta went through the engine started before the hold (Java binary keys)
+        assert report["details"]["final_replicate"]["copy_engine"] == "java", report["details"]["final_replicate"]
     if mode == "geo":
         # The target's dedup was taught the fenced producers' sequence ids (switch.geo_dedup): without it a
         # re-send of a message the replicator had carried was stored twice (3 of about 7 runs before).

@@ -69,8 +69,15 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     assert engine.compiled(lib) == build
     assert [p.name for p in (tmp_path / "engine").iterdir() if p.is_dir()] == [build.jar.parent.name]
     results, timings = engine.copy_many(spec_with({}), [], max_in_flight=10)
-    assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms"}
+    assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms", "round"}
     assert json.dumps(timings)  # plain numbers
+    # Rounds in one process (the cutover's driver deltas): each answered, the process there until closed.
+    process = engine.EngineProcess(spec_with({}), max_in_flight=10)
+    first, second = process.run_round([])[1], process.run_round([])[1]
+    assert (first["round"], second["round"]) == (1, 2) and "jvm_start_ms" not in second and process.alive()
+    process.close()
+    assert not process.alive() and process._process.returncode == 0
+    process.abandon()  # after close: nothing more to do
     assert os.environ.get("PM_SOURCE_TOKEN") is None  # nothing leaked into this process
     # The archive is valid for the class path the engine starts with: -Xshare:on refuses to start otherwise.
     monkeypatch.setenv("PM_ENGINE_JAVA_OPTIONS", "-Xshare:on")

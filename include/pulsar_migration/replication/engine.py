@@ -15,6 +15,7 @@ partition continues where the target ends, as after a kill.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -25,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,9 @@ LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
 JVM_OPTIONS = ("-Xmx512m", "-XX:MaxDirectMemorySize=1g", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:FreqInlineSize=100",
                "-XX:MaxInlineLevel=9")
 RECEIVER_QUEUE = 5000
+STDERR_LINES = 50  # the engine's last log lines kept for an error line
+# How long a closed engine may take to exit: it halts at once, or writes its class archive (a few seconds) first.
+CLOSE_TIMEOUT_S = 120
 # A partition's readers (the copy's and the read-back's) hold at most about this many bytes of received entries
 # (direct memory): the queue is counted in messages, and 5000 of 16 KiB are 80 MB a reader, 8 readers per engine.
 RECEIVER_QUEUE_BYTES = 16 * 1024 * 1024
@@ -360,7 +365,8 @@ class EngineJob:
 class EngineProcess:
     """A started engine process. Its JVM starts and builds both clients while the caller still prepares the jobs
     (each partition's resume point is read from the target meanwhile); `run` hands them over and collects the
-    results. Secrets reach it through its environment, never its arguments."""
+    results. `run_round` does the same and keeps the process for more rounds (the cutover's catch-up rounds and
+    final delta in one warm JVM) until `close`. Secrets reach it through its environment, never its arguments."""
 
     def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16) -> None:
         lib = pulsar_lib()
@@ -386,49 +392,91 @@ class EngineProcess:
                    "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+        # Its log goes to stderr: read all along (a full pipe would stop it), the last lines kept for errors.
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True, name="engine-stderr")
+        self._stderr_reader.start()
+        self._used = False
+        self._closed = False
         assert self._process.stdin is not None
         self._process.stdin.write(json.dumps(settings) + "\n")
         self._process.stdin.flush()
-        self._used = False
+
+    def _read_stderr(self) -> None:
+        assert self._process.stderr is not None
+        for line in self._process.stderr:
+            self._stderr.append(line.rstrip("\n"))
+
+    def alive(self) -> bool:
+        return not self._closed and self._process.poll() is None
 
     def run(self, jobs: list[EngineJob]) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
-        """Each topic's result or its one-line error, and the process's start-up times. EngineError when the
-        engine could not start at all."""
-        lines = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
-                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
-                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
-                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
-                             "keep_identity": j.keep_identity} for j in jobs])
-        self._used = True
+        """Each topic's result or its one-line error, and the process's start-up times; the process ends after
+        them. EngineError when the engine could not start at all."""
         try:
-            stdout, stderr = self._process.communicate(lines + "\n")
-        except BrokenPipeError:  # it died before reading the jobs: its output says why
-            stdout, stderr = self._process.communicate()
-        if self._recording:
-            self._recording.settle(bool(jobs) and self._process.returncode == 0)
+            return self.run_round(jobs)
+        finally:
+            self.close()
+
+    def run_round(self, jobs: list[EngineJob]) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
+        """One round of `jobs` in this process, which stays for the next round (see run)."""
+        self._used = True
+        line = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
+                            "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
+                            "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
+                            "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
+                            "keep_identity": j.keep_identity} for j in jobs])
         results: dict[str, EngineResult | str] = {}
         timings: dict[str, Any] = {}
-        for line in stdout.splitlines():
-            if line.startswith("PM-RESULT "):
-                data = json.loads(line[len("PM-RESULT "):])
+        assert self._process.stdin is not None and self._process.stdout is not None
+        try:
+            self._process.stdin.write(line + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, ValueError):  # it died before reading the jobs: its output says why
+            pass
+        for out in self._process.stdout:
+            if out.startswith("PM-RESULT "):
+                data = json.loads(out[len("PM-RESULT "):])
                 results[data["topic"]] = data["error"] if "error" in data else EngineResult.parse(data)
-            elif line.startswith("PM-DONE "):
-                timings = json.loads(line[len("PM-DONE "):])
-            elif line.startswith("PM-ERROR "):
-                raise EngineError(line[len("PM-ERROR "):])
+            elif out.startswith("PM-DONE "):
+                timings = json.loads(out[len("PM-DONE "):])
+                break
+            elif out.startswith("PM-ERROR "):
+                self.close()
+                raise EngineError(out[len("PM-ERROR "):].strip())
         if not timings:  # killed or crashed: what finished stands, the rest fails with the process's last words
-            tail = (stderr.strip().splitlines() or ["no output"])[-1]
+            self.close()
+            tail = (list(self._stderr) or ["no output"])[-1]
             for job in jobs:
                 results.setdefault(job.topic, f"copy engine exited with {self._process.returncode}: {tail}")
         return results, timings
 
-    def abandon(self) -> None:
-        """Stops a process that got no jobs (nothing to do once it got them: it ends by itself)."""
-        if self._used:
+    def close(self) -> None:
+        """Ends the process after its last round (its input ends; killed if it does not exit in time)."""
+        if self._closed:
             return
-        self._used = True
+        self._closed = True
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._stderr_reader.join(timeout=5)
+        if self._recording:
+            self._recording.settle(self._used and self._process.returncode == 0)
+
+    def abandon(self) -> None:
+        """Stops a process that got no jobs (one that did is closed: see close)."""
+        if self._used:
+            self.close()
+            return
+        self._closed = True
         self._process.kill()
-        self._process.communicate()
+        self._process.wait()
+        self._stderr_reader.join(timeout=5)
         if self._recording:
             self._recording.settle(False)
 

@@ -660,13 +660,19 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
 
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
                  clients: SharedClients | None = None, rows_dir: str | None = None,
-                 process: EngineProcess | None = None) -> list[PartitionJob]:
+                 process: EngineProcess | None = None, prepare_threads: int = 16) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out. With
     `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises. `clients`: opened by
-    the caller (else here); `process`: started by the caller (the cutover's, before it holds the clients)."""
+    the caller (else here); `process`: the caller's, kept for its next round (the cutover's: one warm JVM for its
+    catch-up rounds and final delta), else one started here for this phase; `prepare_threads`: partitions whose
+    resume point is read at once."""
     started = time.monotonic()
+    shared_process = process is not None
+    if process is not None and not process.alive():
+        log.warning("copy engine phase skipped: the engine process has ended")
+        return jobs
     try:
         if process is None:
             process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
@@ -678,7 +684,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         active = clients if clients is not None else SharedClients.open(spec)
     except Exception:  # e.g. a cluster unreachable: the partitions' own tasks report it, one line each
         log.warning("copy engine phase skipped", exc_info=True)
-        process.abandon()
+        if not shared_process:
+            process.abandon()
         return jobs
     todo: dict[str, tuple[PartitionJob, Position | None, int]] = {}
     try:
@@ -695,13 +702,14 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
-        with ThreadPoolExecutor(max(1, min(16, len(jobs)))) as pool:
+        with ThreadPoolExecutor(max(1, min(prepare_threads, len(jobs)))) as pool:
             list(pool.map(prepare, jobs))
     finally:
         if own:
             active.close()
     if not todo:
-        process.abandon()
+        if not shared_process:
+            process.abandon()
         return jobs
     rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
@@ -709,7 +717,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                       receiver_queue=queue, keep_identity=job.keep_identity)
             for job, resume, queue in todo.values() if job.upper is not None]
     try:
-        results, timings = process.run(work)
+        results, timings = process.run_round(work) if shared_process else process.run(work)
     except EngineError as exc:
         results, timings = {job.topic: str(exc) for job in work}, {}
     elapsed = time.monotonic() - started

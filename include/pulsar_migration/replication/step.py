@@ -73,18 +73,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     (`small_delta`). `bound` (backfill windows) caps each partition's
     range and says where a partition new to the map starts. `snapshot` (the cutover's final delta) gives each
     partition's bound, the target's last entry and its deduplication state as read right after the fence:
-    the source is quiet then, and nothing else writes the target. `engine_process`: a copy engine the cutover
-    started before it held the clients, for the final delta (stopped here when unused)."""
-    try:
-        _run(ctx, keep_identity=keep_identity, in_driver=in_driver, bound=bound, snapshot=snapshot,
-             engine_process=engine_process)
-    finally:
-        if engine_process is not None:
-            engine_process.abandon()
-
-
-def _run(ctx: StepContext, *, keep_identity: bool, in_driver: bool | Literal["auto"], bound: Bound | None,
-         snapshot: FenceSnapshot | None, engine_process: EngineProcess | None) -> None:
+    the source is quiet then, and nothing else writes the target. `engine_process`: the cutover's copy engine,
+    started before its catch-up, for the driver path's copies (the caller closes it)."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
@@ -126,10 +116,11 @@ def _run(ctx: StepContext, *, keep_identity: bool, in_driver: bool | Literal["au
                 from pulsar_migration.replication import geo
 
                 report.details["geo"] = geo.prepare(spec, src_admin, tgt_admin, jobs)
-            elif keep_identity or not in_driver:
-                # The final delta goes through the engine whatever its size: only the engine keeps a Java producer's
-                # binary-key flag, and it reads identities from the entries, where the Python path asks the admin
-                # API for each. Other driver deltas are small: a JVM start would dominate them.
+            elif not in_driver or engine_process is not None or keep_identity:
+                # The cutover's driver deltas (catch-up rounds, final delta) go through its engine, started before
+                # them: only the engine keeps a Java producer's binary-key flag, and it reads identities from the
+                # entries, where the Python path asks the admin API for each. Other driver deltas are small: a JVM
+                # start would dominate them.
                 use_engine = copy_engine_wanted(spec)
             report.details["prepare_s"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
@@ -458,7 +449,8 @@ def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: 
     try:
         if use_engine:
             started = time.monotonic()
-            jobs = engine_phase(ctx.spec, jobs, ctx.spec.copy_max_in_flight, shared, process=engine_process)
+            jobs = engine_phase(ctx.spec, jobs, ctx.spec.copy_max_in_flight, shared, process=engine_process,
+                                prepare_threads=driver_threads(ctx.spec, len(jobs)))
             ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
         task = _partition_task(ctx.spec, ctx.dry_run, shared)
         with ThreadPoolExecutor(driver_threads(ctx.spec, len(jobs))) as pool:

@@ -1450,40 +1450,34 @@ public final class EntryCopy {
             PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
             PulsarClientImpl tgt = (PulsarClientImpl) client(common.get("target"), "PM_TARGET_TOKEN");
             long ready = System.nanoTime();
-            String jobsLine = input.readLine();
-            long given = System.nanoTime();
-            List<JsonNode> jobs = new ArrayList<>();
-            if (jobsLine != null) {
-                JSON.readTree(jobsLine).forEach(jobs::add);
+            // Lines 2, 3, ...: one round of jobs each, answered by its results and a PM-DONE line; the end of the
+            // input ends the process. The cutover keeps one process for its catch-up rounds and its final delta.
+            int round = 0;
+            String jobsLine;
+            while ((jobsLine = input.readLine()) != null || round == 0) {
+                long given = System.nanoTime();
+                List<JsonNode> jobs = new ArrayList<>();
+                if (jobsLine != null) {
+                    JSON.readTree(jobsLine).forEach(jobs::add);
+                }
+                runRound(common, jobs, src, tgt);
+                ObjectNode done = JSON.createObjectNode();
+                if (round++ == 0) {
+                    long jvmStart = ProcessHandle.current().info().startInstant().map(i -> i.toEpochMilli())
+                            .orElse(0L);
+                    long mainStart = System.currentTimeMillis() - (System.nanoTime() - started) / 1_000_000;
+                    done.put("jvm_start_ms", jvmStart > 0 ? mainStart - jvmStart : -1);
+                    done.put("clients_ms", (ready - started) / 1_000_000);
+                }
+                done.put("round", round);
+                done.put("waited_for_jobs_ms", (given - ready) / 1_000_000);
+                done.put("jobs_ms", (System.nanoTime() - given) / 1_000_000);
+                emit("PM-DONE ", done);
+                if (jobsLine == null) {
+                    break;
+                }
+                ready = System.nanoTime();
             }
-            int threads = Math.max(1, Math.min(jobs.size(), common.path("threads").asInt(16)));
-            java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
-            List<java.util.concurrent.Future<?>> running = new ArrayList<>();
-            for (JsonNode job : jobs) {
-                running.add(pool.submit(() -> {
-                    ObjectNode result;
-                    try {
-                        result = new EntryCopy(common, job).run(src, tgt);
-                    } catch (Throwable e) {
-                        e.printStackTrace();  // stderr, for the task's log; the line is what the step reports
-                        result = JSON.createObjectNode();
-                        result.put("topic", job.get("topic").asText());
-                        result.put("error", rootMessage(e));
-                    }
-                    emit("PM-RESULT ", result);
-                }));
-            }
-            for (java.util.concurrent.Future<?> job : running) {
-                job.get();
-            }
-            ObjectNode done = JSON.createObjectNode();
-            long jvmStart = ProcessHandle.current().info().startInstant().map(i -> i.toEpochMilli()).orElse(0L);
-            long mainStart = System.currentTimeMillis() - (System.nanoTime() - started) / 1_000_000;
-            done.put("jvm_start_ms", jvmStart > 0 ? mainStart - jvmStart : -1);
-            done.put("clients_ms", (ready - started) / 1_000_000);
-            done.put("waited_for_jobs_ms", (given - ready) / 1_000_000);
-            done.put("jobs_ms", (System.nanoTime() - given) / 1_000_000);
-            emit("PM-DONE ", done);
         } catch (Throwable e) {
             e.printStackTrace();
             System.out.println("PM-ERROR " + rootMessage(e));
@@ -1505,6 +1499,38 @@ public final class EntryCopy {
             System.exit(code);  // lets what is written at exit be written (a class archive, a flight recording)
         }
         Runtime.getRuntime().halt(code);  // client threads may linger; the results are out
+    }
+
+    /** One round's jobs, `threads` partitions at once; every job's result line is out when it returns. */
+    static void runRound(JsonNode common, List<JsonNode> jobs, PulsarClientImpl src, PulsarClientImpl tgt)
+            throws Exception {
+        if (jobs.isEmpty()) {
+            return;
+        }
+        int threads = Math.max(1, Math.min(jobs.size(), common.path("threads").asInt(16)));
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+        try {
+            List<java.util.concurrent.Future<?>> running = new ArrayList<>();
+            for (JsonNode job : jobs) {
+                running.add(pool.submit(() -> {
+                    ObjectNode result;
+                    try {
+                        result = new EntryCopy(common, job).run(src, tgt);
+                    } catch (Throwable e) {
+                        e.printStackTrace();  // stderr, for the task's log; the line is what the step reports
+                        result = JSON.createObjectNode();
+                        result.put("topic", job.get("topic").asText());
+                        result.put("error", rootMessage(e));
+                    }
+                    emit("PM-RESULT ", result);
+                }));
+            }
+            for (java.util.concurrent.Future<?> job : running) {
+                job.get();
+            }
+        } finally {
+            pool.shutdown();
+        }
     }
 
     static synchronized void emit(String prefix, ObjectNode node) {
