@@ -114,7 +114,10 @@ def library_zip(dest_dir: str | Path | None = None) -> str:
     (spark-submit uploads it to a real cluster).
     """
     dest = Path(dest_dir) if dest_dir else Path(tempfile.gettempdir()) / "pulsar-migration-lib"
-    files = sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
+    # The copy engine's Java source and log configuration ride along: the engine is built from them wherever the
+    # library runs (without them no copy under spark-submit ever took the engine).
+    files = sorted(p for pattern in ("*.py", "java/*") for p in PACKAGE_DIR.rglob(pattern)
+                   if "__pycache__" not in p.parts and p.is_file())
     digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)  # the bytecode inside is for this Python
     for path in files:
         digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -126,7 +129,11 @@ def library_zip(dest_dir: str | Path | None = None) -> str:
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
             for path in files:  # with bytecode: no driver or Python worker compiles the library again
-                write_module(zf, f"{PACKAGE_DIR.name}/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_bytes())
+                arcname = f"{PACKAGE_DIR.name}/{path.relative_to(PACKAGE_DIR).as_posix()}"
+                if path.suffix == ".py":
+                    write_module(zf, arcname, path.read_bytes())
+                else:
+                    zf.writestr(arcname, path.read_bytes())
         os.replace(tmp, target)  # readers see a whole zip or none
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -98,6 +98,12 @@ def check_the_copy_on_standalone(cluster_a: LocalCluster, cluster_b: LocalCluste
     for app in apps:
         assert list(app.glob("*/pulsar_migration-*.zip")), f"no library shipped to {app}"
     assert any("Finished task" in err.read_text(errors="replace") for err in (work / "worker").glob("app-*/*/stderr"))
+    # The copy engine ran in the executors, built from the zip's own Java source: until 2026-11-26 the zip held
+    # none, and every partition quietly took the Python path under spark-submit.
+    run_dir = Path(xcom(dag_run, "render_spec")["run_dir"])
+    parts = json.loads((run_dir / "replicate_topics.json").read_text())["details"]["partitions"]
+    copied = [(p["topic"], p["copy_engine"]) for p in parts if p["copied_messages"]]  # an empty one takes neither
+    assert len(copied) >= 2 and {engine for _, engine in copied} == {"java"}, copied
     # The target holds every message, in order, as the source does.
     for topic in ("orders-partition-0", "orders-partition-1", "audit"):
         name = f"persistent://{tenant}/ns/{topic}"

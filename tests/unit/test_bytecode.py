@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import marshal
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from pulsar_migration.bytecode import has_bytecode, pyc_bytes, write_module
 from pulsar_migration.dag_support import library_zip
 
@@ -45,6 +47,27 @@ def test_the_library_zip_has_bytecode_for_every_module(tmp_path: Path) -> None:
     sources = {n for n in names if n.endswith(".py")}
     assert sources and {n[:-3] + ".pyc" for n in sources} <= names
     assert library_zip(tmp_path) == path  # same sources, same zip
+
+
+def test_the_copy_engine_builds_from_the_library_zip(tmp_path: Path) -> None:
+    """Under spark-submit the library is the zip: the engine's Java source and log configuration are read from
+    it (before 2026-11-26 the zip held neither, and every copy there took the Python path). Built from the zip,
+    the engine is the same build as from the source tree (same source, same key)."""
+    from pulsar_migration.replication import engine
+
+    if engine.unavailable_reason() is not None:
+        pytest.skip(engine.unavailable_reason())
+    path = library_zip(tmp_path)
+    with zipfile.ZipFile(path) as zf:
+        assert {"pulsar_migration/replication/java/EntryCopy.java",
+                "pulsar_migration/replication/java/log4j2-engine.xml"} <= set(zf.namelist())
+    probe = ("import pulsar_migration.replication.engine as e; assert '.zip' in e.__file__, e.__file__; "
+             "b = e.compiled(e.pulsar_lib()); assert b.jar.is_file() and b.log_config.is_file(); print(b.jar)")
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lib = engine.pulsar_lib()
+    assert lib is not None and engine.compiled(lib).jar == Path(done.stdout.strip().splitlines()[-1])
 
 
 def test_adding_bytecode_to_a_spark_zip_keeps_everything_else_and_runs_once(tmp_path: Path) -> None:

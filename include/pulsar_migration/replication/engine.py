@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,9 @@ log = logging.getLogger(__name__)
 
 ENGINE_CLASS = "org.apache.pulsar.client.impl.EntryCopy"
 JAVA_DIR = Path(__file__).with_name("java")
-SOURCE = JAVA_DIR / "EntryCopy.java"
-LOG_CONFIG = JAVA_DIR / "log4j2-engine.xml"
+SOURCE_NAME = "EntryCopy.java"
+LOG_CONFIG_NAME = "log4j2-engine.xml"
+LOG_CONFIG = JAVA_DIR / LOG_CONFIG_NAME  # in the source tree (the benchmarks' own Java uses it)
 # One engine per group of partitions next to the brokers: a small heap and one GC thread. The full JIT stays on:
 # the C2 compiler's SHA-256 intrinsic is most of the gain on batched sources (C1 alone halves hashing speed). But
 # compiling is most of the engine's CPU on a 192 MB copy (5.8 of 8.6 s measured, -XX:+CITime): smaller inlining
@@ -204,6 +206,10 @@ class Build:
     jar: Path
     archive: Path | None
 
+    @property
+    def log_config(self) -> Path:
+        return self.jar.parent / LOG_CONFIG_NAME
+
     def java_options(self) -> list[str]:
         return [f"-XX:SharedArchiveFile={self.archive}"] if self.archive else []
 
@@ -262,20 +268,26 @@ def compiled(lib: Path) -> Build:
     same thing twice): javac, a jar, then a training start that records the classes a start loads into a
     class-data archive (CDS), which later starts map instead of loading (about 1.7 s -> 1.0 s here)."""
     client_jar = sorted(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar"))[-1].name
-    key = hashlib.sha256(SOURCE.read_bytes() + client_jar.encode()).hexdigest()[:16]
+    source = java_resource(SOURCE_NAME)
+    key = hashlib.sha256(source + client_jar.encode()).hexdigest()[:16]
     target = cache_dir() / key
     if not (target / "done").exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.parent / f"{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target / "done").exists():
-                _build(lib, target)
+                _build(lib, target, source)
                 prune_unused_builds(target)
     else:
         with contextlib.suppress(OSError):
             os.utime(target / "done")  # its last use: what prune_unused_builds goes by
     archive = next((a for a in (target / FULL_ARCHIVE, target / "engine.jsa") if a.exists()), None)
-    return Build(target / "engine.jar", archive)
+    build = Build(target / "engine.jar", archive)
+    if not build.log_config.exists():  # a build made before the log configuration was kept with it
+        partial = build.log_config.with_name(f".{LOG_CONFIG_NAME}.{os.getpid()}")
+        partial.write_bytes(java_resource(LOG_CONFIG_NAME))
+        partial.replace(build.log_config)
+    return build
 
 
 # Builds of other engine sources or client versions unused this long are deleted when a new one is made: each holds
@@ -302,12 +314,20 @@ def prune_unused_builds(current: Path) -> list[str]:
     return pruned
 
 
-def _build(lib: Path, target: Path) -> None:
+def java_resource(name: str) -> bytes:
+    """A file of java/ beside this module, also when the library runs from a zip (spark-submit's --py-files)."""
+    return resources.files(__package__).joinpath("java").joinpath(name).read_bytes()
+
+
+def _build(lib: Path, target: Path, source: bytes) -> None:
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{target.name}-"))
     try:
         classes = staging / "classes"
-        answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(classes), str(SOURCE)],
-                                capture_output=True, text=True)
+        (staging / "src").mkdir()
+        (staging / "src" / SOURCE_NAME).write_bytes(source)
+        (staging / LOG_CONFIG_NAME).write_bytes(java_resource(LOG_CONFIG_NAME))
+        answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(classes),
+                                 str(staging / "src" / SOURCE_NAME)], capture_output=True, text=True)
         if answer.returncode != 0:
             first = next((line for line in answer.stderr.splitlines() if "error" in line), answer.stderr.strip())
             raise EngineError(f"compiling the copy engine failed: {first}")
@@ -315,6 +335,7 @@ def _build(lib: Path, target: Path) -> None:
         subprocess.run([jar, "cf", str(staging / "engine.jar"), "-C", str(classes), "."], check=True,
                        capture_output=True)
         shutil.rmtree(classes)
+        shutil.rmtree(staging / "src")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
@@ -327,7 +348,8 @@ def _build(lib: Path, target: Path) -> None:
                 "source": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"},
                 "target": {"service_url": "pulsar://127.0.0.1:1", "admin_url": "http://127.0.0.1:1"}}
     subprocess.run(["java", *JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={target / 'engine.jsa'}",
-                    f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", _classpath(target / "engine.jar", lib),
+                    f"-Dlog4j2.configurationFile={target / LOG_CONFIG_NAME}", "-cp",
+                    _classpath(target / "engine.jar", lib),
                     ENGINE_CLASS], input=json.dumps(training), capture_output=True, text=True,
                    env={**os.environ, "PM_ENGINE_EXIT_NORMALLY": "1"}, timeout=120)
     (target / "done").touch()
@@ -388,7 +410,7 @@ class EngineProcess:
         archive = self._recording.java_options() if self._recording else build.java_options()
         if self._recording:
             env["PM_ENGINE_EXIT_NORMALLY"] = "1"  # the archive is written by a normal exit, not a halt
-        command = ["java", *JVM_OPTIONS, *archive, *extra, f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        command = ["java", *JVM_OPTIONS, *archive, *extra, f"-Dlog4j2.configurationFile={build.log_config}",
                    "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
