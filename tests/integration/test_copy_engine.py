@@ -583,7 +583,8 @@ def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map
         assert result.copied_messages == 200 and result.scan is not None and result.scan.hash == result.source_hash
         directory = build.jar.parent
         assert (directory / engine.FULL_ARCHIVE).is_file()
-        assert sorted(p.name for p in directory.iterdir()) == ["done", "engine-full.jsa", "engine.jar", "engine.jsa"]
+        assert sorted(p.name for p in directory.iterdir()) == ["done", "engine-full.jsa", "engine.jar", "engine.jsa",
+                                                                engine.LOG_CONFIG_NAME]
         assert engine.compiled(lib).archive == directory / engine.FULL_ARCHIVE
         monkeypatch.setenv("PM_ENGINE_JAVA_OPTIONS", "-Xshare:on")
         again = engine.EngineJob(topic, topic, None, upper, upper)  # everything is there: hashed, nothing sent
