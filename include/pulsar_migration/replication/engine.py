@@ -284,9 +284,7 @@ def compiled(lib: Path) -> Build:
     archive = next((a for a in (target / FULL_ARCHIVE, target / "engine.jsa") if a.exists()), None)
     build = Build(target / "engine.jar", archive)
     if not build.log_config.exists():  # a build made before the log configuration was kept with it
-        partial = build.log_config.with_name(f".{LOG_CONFIG_NAME}.{os.getpid()}")
-        partial.write_bytes(java_resource(LOG_CONFIG_NAME))
-        partial.replace(build.log_config)
+        keep_log_config(target)
     return build
 
 
@@ -319,13 +317,21 @@ def java_resource(name: str) -> bytes:
     return resources.files(__package__).joinpath("java").joinpath(name).read_bytes()
 
 
+def keep_log_config(directory: Path) -> None:
+    """The engine's log configuration written into a build's `directory` (whole or not at all): the JVM needs a
+    file, and the library may be a zip."""
+    partial = directory / f".{LOG_CONFIG_NAME}.{os.getpid()}"
+    partial.write_bytes(java_resource(LOG_CONFIG_NAME))
+    partial.replace(directory / LOG_CONFIG_NAME)
+
+
 def _build(lib: Path, target: Path, source: bytes) -> None:
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{target.name}-"))
     try:
         classes = staging / "classes"
         (staging / "src").mkdir()
         (staging / "src" / SOURCE_NAME).write_bytes(source)
-        (staging / LOG_CONFIG_NAME).write_bytes(java_resource(LOG_CONFIG_NAME))
+        keep_log_config(staging)
         answer = subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(classes),
                                  str(staging / "src" / SOURCE_NAME)], capture_output=True, text=True)
         if answer.returncode != 0:
@@ -418,7 +424,8 @@ class EngineProcess:
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True, name="engine-stderr")
         self._stderr_reader.start()
-        self._used = False
+        self._used = False  # a round was asked for
+        self._had_jobs = False  # a round had partitions: only such a run may record the full class archive
         self._closed = False
         assert self._process.stdin is not None
         self._process.stdin.write(json.dumps(settings) + "\n")
@@ -443,6 +450,7 @@ class EngineProcess:
     def run_round(self, jobs: list[EngineJob]) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
         """One round of `jobs` in this process, which stays for the next round (see run)."""
         self._used = True
+        self._had_jobs = self._had_jobs or bool(jobs)
         line = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
@@ -488,19 +496,13 @@ class EngineProcess:
             self._process.wait()
         self._stderr_reader.join(timeout=5)
         if self._recording:
-            self._recording.settle(self._used and self._process.returncode == 0)
+            self._recording.settle(self._had_jobs and self._process.returncode == 0)
 
     def abandon(self) -> None:
-        """Stops a process that got no jobs (one that did is closed: see close)."""
-        if self._used:
-            self.close()
-            return
-        self._closed = True
-        self._process.kill()
-        self._process.wait()
-        self._stderr_reader.join(timeout=5)
-        if self._recording:
-            self._recording.settle(False)
+        """Stops a process that got no jobs (killed); one that did is closed (see close)."""
+        if not self._used and not self._closed:
+            self._process.kill()
+        self.close()
 
 
 def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
