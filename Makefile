@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-# Every spark-submit and local SparkSession of this project reads conf/spark/spark-defaults.conf.
+# Every spark-submit and local SparkSession of this project reads conf/spark/spark-env.sh.
 export SPARK_CONF_DIR ?= $(CURDIR)/conf/spark
 
 .PHONY: venv pulsar-fetch clusters-up clusters-down clusters-status airflow airflow-stop lookup lookup-stop demo test lint clean
