@@ -104,6 +104,8 @@ def check_the_copy_on_standalone(cluster_a: LocalCluster, cluster_b: LocalCluste
     parts = json.loads((run_dir / "replicate_topics.json").read_text())["details"]["partitions"]
     copied = [(p["topic"], p["copy_engine"]) for p in parts if p["copied_messages"]]  # an empty one takes neither
     assert len(copied) >= 2 and {engine for _, engine in copied} == {"java"}, copied
+    assert json.loads((run_dir / "replicate_topics.json").read_text())["details"]["copy_engines_ran"] == {
+        "java": len(copied)}
     # The target holds every message, in order, as the source does.
     for topic in ("orders-partition-0", "orders-partition-1", "audit"):
         name = f"persistent://{tenant}/ns/{topic}"

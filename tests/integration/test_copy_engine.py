@@ -121,6 +121,7 @@ def test_the_engine_copies_compressed_batches_and_delivery_times_exactly(
         assert parts[f"persistent://{tenant}/ns/big"]["source_entries"] == 1
         assert engines == {"lz4-partition-0": "java", "lz4-partition-1": "java", "zstd": "java", "large": "java",
                            "wide": "java", "big": "java"}
+        assert rep["details"]["copy_engines_ran"] == {"java": 6}
         assert {t: p["source_hash"] for t, p in parts.items()} == python_hashes
         assert rep["counts"]["copied_messages"] == rep["counts"]["target_messages"] == 6000 + 303 + 20 + 20 + BIG_BATCH
         # the engine reads delivery times from the entries; the Python path looks up unbatched entries only

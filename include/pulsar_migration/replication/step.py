@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -481,6 +482,9 @@ def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: flo
     lag = [o.lag_entries for o in outcomes if o.lag_entries is not None]
     report.counts["lag_entries"] = sum(lag)
     report.details["partitions"] = [asdict(o) for o in outcomes]
+    # details.copy_engine is the path chosen; this is what ran, by partitions that copied something.
+    report.details["copy_engines_ran"] = dict(sorted(Counter(
+        o.copy_engine for o in outcomes if o.copied_messages and o.copy_engine).items()))
     report.details["msgs_per_s"] = round(report.counts["copied_messages"] / elapsed_s, 1) if elapsed_s else None
     report.details["mb_per_s"] = round(report.counts["copied_bytes"] / elapsed_s / 1e6, 3) if elapsed_s else None
     if not ctx.dry_run:
