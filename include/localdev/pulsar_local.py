@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pulsar_migration.admin import PulsarAdmin
 
+from localdev import java_programs
 from localdev.paths import var_dir
 from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group
 from localdev.pulsar_auth import SUPERUSER_ROLE, TOKEN_CLIENT_PLUGIN, AuthSetupError, LocalAuth, token_file
@@ -240,16 +241,14 @@ def seed_ledger_ids(cluster: LocalCluster, home: Path) -> None:
     real clusters with their own histories do not line up like that."""
     if cluster.index == 0:
         return
-    subprocess.run(["java", "-cp", str(home / "lib" / "*"), str(Path(__file__).parent / "java" /
-                    "SeedMetadataSequence.java"), str(cluster.metadata_dir), str(cluster.index * LEDGER_ID_SPACING)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run([*java_programs.command("SeedMetadataSequence", home), str(cluster.metadata_dir),
+                    str(cluster.index * LEDGER_ID_SPACING)], check=True, capture_output=True, timeout=120)
 
 
 def drop_stale_ephemerals(cluster: LocalCluster, home: Path) -> None:
     """Deletes the ephemeral nodes a killed run left in the metadata store (localdev/java/DropStaleEphemerals:
     without this a SIGKILLed standalone restarted on its data can hang on its bookie's registration lock)."""
-    done = subprocess.run(["java", "-cp", str(home / "lib" / "*"), str(Path(__file__).parent / "java" /
-                           "DropStaleEphemerals.java"), str(cluster.metadata_dir)],
+    done = subprocess.run([*java_programs.command("DropStaleEphemerals", home), str(cluster.metadata_dir)],
                           check=True, capture_output=True, text=True, timeout=120)
     log.info("%s: %s", cluster.name, done.stdout.strip() or "metadata checked")
 

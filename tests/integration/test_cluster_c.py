@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from localdev import processes, pulsar_local
+from localdev import java_programs, processes, pulsar_local
 from localdev.faulty_proxy import FaultyProxy
 from localdev.pulsar_dist import pulsar_home
 from localdev.pulsar_local import LocalCluster, LocalClusterError
@@ -81,14 +81,11 @@ PROXIED_LISTENER = "proxied"
 PROXY_WEB_PORT, PROXY_BROKER_PORT = 18083, 16653
 
 
-TRANSACTIONAL_PRODUCE = Path(pulsar_local.__file__).parent / "java" / "TransactionalProduce.java"
-
-
 def transactional_produce(cluster: LocalCluster, topic: str, rounds: int) -> None:
     """Per round through the Java client: a message outside any transaction (plain-i), one in a transaction that
     commits (committed-i), one in a transaction that aborts (aborted-i): the topic ends with an abort marker."""
     home = pulsar_home()
-    done = subprocess.run(["java", "-cp", f"{home}/lib/*", str(TRANSACTIONAL_PRODUCE), cluster.service_url, topic,
+    done = subprocess.run([*java_programs.command("TransactionalProduce", home), cluster.service_url, topic,
                            str(rounds)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -142,7 +139,7 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
 
         # A transaction left open holds back what follows it: a run copies up to it; the cutover's final delta (fenced)
         # must not end there, since clients move to the target after it.
-        held = subprocess.Popen(["java", "-cp", f"{pulsar_home()}/lib/*", str(TRANSACTIONAL_PRODUCE),
+        held = subprocess.Popen([*java_programs.command("TransactionalProduce", pulsar_home()),
                                  cluster_c.service_url, parts[1], "0", "open"], stdout=subprocess.PIPE, text=True)
         try:
             assert held.stdout is not None

@@ -22,7 +22,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from localdev import pulsar_local
+from localdev import java_programs
 from localdev.pulsar_dist import pulsar_home
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
@@ -44,9 +44,6 @@ from tests.integration.test_replicate_topics import cleanup, content, partitions
 
 log = logging.getLogger(__name__)
 BIG_BATCH = 40_000
-BINARY_KEYS = Path(pulsar_local.__file__).parent / "java" / "BinaryKeys.java"
-
-
 def big_batch_producer(c: pulsar.Client, topic: str, **kwargs: Any) -> pulsar.Producer:
     """A producer whose batch closes only when flushed and can hold BIG_BATCH small messages."""
     return c.create_producer(topic, batching_enabled=True, batching_max_messages=BIG_BATCH,
@@ -322,7 +319,7 @@ def test_the_final_delta_keeps_a_source_producer_that_sent_batched_and_delayed_m
 
 def binary_keys(*args: str) -> list[str]:
     """localdev/java/BinaryKeys.java through the distribution's Java client: `produce` or `read` (its lines)."""
-    done = subprocess.run(["java", "-cp", f"{pulsar_home()}/lib/*", str(BINARY_KEYS), *args], capture_output=True,
+    done = subprocess.run([*java_programs.command("BinaryKeys", pulsar_home()), *args], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [line[4:] for line in done.stdout.splitlines() if line.startswith("MSG ")]
