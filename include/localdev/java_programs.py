@@ -8,6 +8,7 @@ JDK into the user cache instead (a lock keeps parallel test workers from compili
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -19,11 +20,16 @@ from localdev.paths import cache_dir
 SOURCES = Path(__file__).resolve().parent / "java"
 
 
+@functools.cache
+def java_version() -> str:
+    """`java -version` of the JDK on PATH (once per process): what compiled classes and class archives depend on."""
+    return subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
+
+
 def command(name: str, home: Path) -> list[str]:
     """`java -cp <classes>:<home>/lib/* <name>`: the program `localdev/java/<name>.java`, compiled once."""
     source = SOURCES / f"{name}.java"
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
-    key = hashlib.sha256(source.read_bytes() + str(home.resolve()).encode() + java.encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + str(home.resolve()).encode() + java_version().encode()).hexdigest()[:16]
     classes = cache_dir() / "java-programs" / f"{name}-{key}"
     if not (classes / f"{name}.class").exists():
         classes.parent.mkdir(parents=True, exist_ok=True)

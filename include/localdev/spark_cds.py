@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from localdev.java_programs import java_version
 from localdev.paths import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,8 @@ def conf_dir() -> Path:
 
 def archive_key(home: Path, conf: Path) -> str:
     """What the archive was made for: the JDK, the jars (names and sizes) and the configuration directory."""
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
     jars = sorted(f"{p.name}:{p.stat().st_size}" for p in (home / "jars").glob("*.jar"))
-    return hashlib.sha256("\n".join([java, str(conf), *jars]).encode()).hexdigest()
+    return hashlib.sha256("\n".join([java_version(), str(conf), *jars]).encode()).hexdigest()
 
 
 def ensure(home: Path | None = None, conf: Path | None = None) -> bool:
