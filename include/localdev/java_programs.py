@@ -2,18 +2,19 @@
 
 Java's source launcher (`java X.java`) compiles the program on every run: 2.5-4 s of CPU each time on the 2-core
 machine, and the tests run these programs dozens of times. They are compiled once per source, distribution and
-JDK into the user cache instead (a lock keeps parallel test workers from compiling the same one twice).
+JDK into the user cache instead (`build_once`: parallel test workers compile each one once).
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
+
+from pulsar_migration.cachedir import build_once
 
 from localdev.paths import cache_dir
 
@@ -31,14 +32,13 @@ def command(name: str, home: Path) -> list[str]:
     source = SOURCES / f"{name}.java"
     key = hashlib.sha256(source.read_bytes() + str(home.resolve()).encode() + java_version().encode()).hexdigest()[:16]
     classes = cache_dir() / "java-programs" / f"{name}-{key}"
-    if not (classes / f"{name}.class").exists():
-        classes.parent.mkdir(parents=True, exist_ok=True)
-        with open(classes.parent / f"{name}-{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (classes / f"{name}.class").exists():
-                staging = classes.parent / f".{name}-{key}.{os.getpid()}"
-                shutil.rmtree(staging, ignore_errors=True)
-                subprocess.run(["javac", "-nowarn", "-cp", str(home / "lib" / "*"), "-d", str(staging), str(source)],
-                               check=True, capture_output=True, text=True, timeout=300)
-                os.replace(staging, classes)
+
+    def build() -> None:
+        staging = classes.parent / f".{name}-{key}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        subprocess.run(["javac", "-nowarn", "-cp", str(home / "lib" / "*"), "-d", str(staging), str(source)],
+                       check=True, capture_output=True, text=True, timeout=300)
+        os.replace(staging, classes)
+
+    build_once(classes, classes / f"{name}.class", build)
     return ["java", "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", name]

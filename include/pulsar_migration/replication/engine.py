@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -33,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pulsar_migration.cachedir import build_once
 from pulsar_migration.cachedir import cache_dir as user_cache_dir
 from pulsar_migration.positions import Position
 from pulsar_migration.spec import MigrationSpec
@@ -271,14 +271,12 @@ def compiled(lib: Path) -> Build:
     source = java_resource(SOURCE_NAME)
     key = hashlib.sha256(source + client_jar.encode()).hexdigest()[:16]
     target = cache_dir() / key
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / "done").exists():
-                _build(lib, target, source)
-                prune_unused_builds(target)
-    else:
+
+    def build() -> None:
+        _build(lib, target, source)
+        prune_unused_builds(target)
+
+    if not build_once(target, target / "done", build):
         with contextlib.suppress(OSError):
             os.utime(target / "done")  # its last use: what prune_unused_builds goes by
     archive = next((a for a in (target / FULL_ARCHIVE, target / "engine.jsa") if a.exists()), None)
