@@ -364,6 +364,22 @@ def _classpath(jar: Path, lib: Path) -> str:
     return ":".join([str(jar), *sorted(str(j) for j in lib.glob("*.jar"))])
 
 
+def spawn_tied(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """Starts `command` so that it is SIGKILLed when the thread that started it ends (PR_SET_PDEATHSIG: a Spark
+    task or driver killed without a word leaves no engine behind); `popen` goes to subprocess.Popen. util-linux's
+    setpriv sets it, then a shell execs the command only if this process is still its parent (one that died before
+    the signal was set would never send it). Not a `preexec_fn`: that runs Python in the forked child, whose start
+    there clears the other threads' state, and py4j's finalizers of their thread-local connections to the Spark
+    JVM shut down the sockets the parent still uses (a driver logged "Exception while sending command" after each
+    engine start, and py4j opened the connection again)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        still_ours = '[ "$PPID" = "$0" ] && exec "$@"'
+        return subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", still_ours, str(os.getpid()),
+                                 *command], **popen)
+    return subprocess.Popen(command, preexec_fn=_die_with_parent, **popen)  # no setpriv on this machine
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     import ctypes
 
@@ -416,8 +432,8 @@ class EngineProcess:
             env["PM_ENGINE_EXIT_NORMALLY"] = "1"  # the archive is written by a normal exit, not a halt
         command = ["java", *JVM_OPTIONS, *archive, *extra, f"-Dlog4j2.configurationFile={build.log_config}",
                    "-cp", _classpath(build.jar, lib), ENGINE_CLASS]
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+        self._process = spawn_tied(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)
         # Its log goes to stderr: read all along (a full pipe would stop it), the last lines kept for errors.
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True, name="engine-stderr")
