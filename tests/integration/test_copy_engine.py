@@ -44,6 +44,8 @@ from tests.integration.test_replicate_topics import cleanup, content, partitions
 
 log = logging.getLogger(__name__)
 BIG_BATCH = 40_000
+
+
 def big_batch_producer(c: pulsar.Client, topic: str, **kwargs: Any) -> pulsar.Producer:
     """A producer whose batch closes only when flushed and can hold BIG_BATCH small messages."""
     return c.create_producer(topic, batching_enabled=True, batching_max_messages=BIG_BATCH,
