@@ -183,10 +183,11 @@ public final class BareEntryCopy {
         for (int i = 2; i + 2 < args.length; i += 3) {
             copies.add(new BareEntryCopy(args[i], args[i + 1], Long.parseLong(args[i + 2])));
         }
+        // The engine's client settings (EntryCopy.client), stats off included.
         PulsarClientImpl src = (PulsarClientImpl) PulsarClient.builder().serviceUrl(args[0]).ioThreads(1)
-                .listenerThreads(1).build();
+                .listenerThreads(1).statsInterval(0, TimeUnit.SECONDS).build();
         PulsarClientImpl tgt = (PulsarClientImpl) PulsarClient.builder().serviceUrl(args[1]).ioThreads(1)
-                .listenerThreads(1).memoryLimit(EntryCopy.CLIENT_MEMORY_MB,
+                .listenerThreads(1).statsInterval(0, TimeUnit.SECONDS).memoryLimit(EntryCopy.CLIENT_MEMORY_MB,
                         org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES).build();
         for (BareEntryCopy copy : copies) {
             copy.open(src, tgt);
