@@ -327,9 +327,6 @@ class ClusterSpec:
         # The client's own INFO log is per connection and per producer; a Python logger here could
         # deadlock (the C++ log thread needs the GIL while a blocking call holds it).
         kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-        # No client stats: they are only ever logged at INFO (not shown here), and each received message and each
-        # receipt takes a lock to count them, the receipt also a latency quantile.
-        kwargs.setdefault("stats_interval_in_seconds", 0)
         if token:
             kwargs.setdefault("authentication", pulsar.AuthenticationToken(token))
         if self.listener_name:
