@@ -183,12 +183,11 @@ public final class BareEntryCopy {
         for (int i = 2; i + 2 < args.length; i += 3) {
             copies.add(new BareEntryCopy(args[i], args[i + 1], Long.parseLong(args[i + 2])));
         }
-        // The engine's client settings (EntryCopy.client), stats off included.
-        PulsarClientImpl src = (PulsarClientImpl) PulsarClient.builder().serviceUrl(args[0]).ioThreads(1)
-                .listenerThreads(1).statsInterval(0, TimeUnit.SECONDS).build();
-        PulsarClientImpl tgt = (PulsarClientImpl) PulsarClient.builder().serviceUrl(args[1]).ioThreads(1)
-                .listenerThreads(1).statsInterval(0, TimeUnit.SECONDS).memoryLimit(EntryCopy.CLIENT_MEMORY_MB,
-                        org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES).build();
+        // The engine's own clients (threads, stats off, memory limit): the anchor moves with them.
+        PulsarClientImpl src = (PulsarClientImpl) EntryCopy.client(
+                EntryCopy.JSON.createObjectNode().put("service_url", args[0]), "PM_SOURCE_TOKEN");
+        PulsarClientImpl tgt = (PulsarClientImpl) EntryCopy.client(
+                EntryCopy.JSON.createObjectNode().put("service_url", args[1]), "PM_TARGET_TOKEN");
         for (BareEntryCopy copy : copies) {
             copy.open(src, tgt);
         }
