@@ -545,7 +545,7 @@ def resume_point(task: PartitionTask, *, mark: bool = False) -> Position | None:
     if task.map_target is not None and last != task.map_target:
         check_same_target(task, last)
     elif mark and job.upper is not None and job.upper != task.map_source:
-        mark_target(task)
+        mark_target(task, empty=last is None)
     resumed = last_copied(task.tgt_admin, task.tgt_client, job.topic, task.map_target, task.map_source,
                           known=(last,))
     resume_after = resumed.position if resumed else None
@@ -574,10 +574,11 @@ def check_same_target(task: PartitionTask, last: Position | None) -> None:
                     "dir")
 
 
-def mark_target(task: PartitionTask) -> None:
-    """Marks the target partition as copied into (once: one read when it already is), before any map row of it."""
+def mark_target(task: PartitionTask, *, empty: bool = False) -> None:
+    """Marks the target partition as copied into (once: one read when it already is), before any map row of it.
+    An `empty` partition (a first copy, mostly) is marked without the read: setting the mark again is harmless."""
     admin, topic = task.tgt_admin, task.job.topic
-    if COPY_TARGET_PROPERTY not in target_properties(admin, topic):
+    if empty or COPY_TARGET_PROPERTY not in target_properties(admin, topic):
         admin.put(f"{admin.topic_path(topic)}/properties", {COPY_TARGET_PROPERTY: task.src_admin.name})
 
 
@@ -598,6 +599,8 @@ class Copied:
     receipts: int = 0
     receipts_digest: str = PairDigest().hexdigest
     deduplicated_sources: frozenset[Position] = frozenset()
+    # The source's last message id as check_source_intact read it after the copy (None: not read), for lag_after.
+    source_last: dict[str, Any] | None = None
 
 
 def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horizon_s: int) -> list[MapRow]:
@@ -647,7 +650,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     outcome.target_hash, outcome.target_pairs_digest = scan.content.hexdigest, scan.pairs.hexdigest
     outcome.shape_errors, outcome.mapped_entries = scan.shape_error_count, scan.row_count
     judge(outcome, scan.shape_errors)
-    outcome.lag_entries = lag_after(src_admin, job)
+    outcome.lag_entries = lag_after(src_admin, job, copied.source_last)
     return scan.rows
 
 
@@ -816,9 +819,9 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
                  result.fallback_at)
         outcome.copy_engine = "java+python"
         return None
-    check_source_intact(task.src_admin, job)
+    source_last = check_source_intact(task.src_admin, job)
     return Copied(result.source_messages, result.source_entries, result.source_bytes, result.source_hash,
-                  result.receipts, result.receipts_digest, result.deduplicated_sources)
+                  result.receipts, result.receipts_digest, result.deduplicated_sources, source_last)
 
 
 def engine_scan_of(job: PartitionJob) -> EngineScan | None:
@@ -880,7 +883,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                     outcome.copied_bytes += message._message.length()
                     continue
                 sender.send(message, info, schema_version_of(message))
-        check_source_intact(src_admin, job)
+        source_last = check_source_intact(src_admin, job)
         if job.fenced:
             check_read_to_bound(job, last_read, rest_undeliverable)
         if sender is not None:
@@ -898,7 +901,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     outcome.skipped_messages = skipped - by_engine[0]  # the engine's copies were found on the target here
     return Copied(source_hash.messages, source_hash.entries, source_hash.bytes, source_hash.hexdigest,
                   receipts.count, receipts.hexdigest,
-                  frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset())
+                  frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset(), source_last)
 
 
 def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
@@ -916,12 +919,13 @@ def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:
         outcome.fail(f"{outcome.topic}: send receipts ({outcome.receipts}) do not match the entries read back")
 
 
-def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
+def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> dict[str, Any] | None:
     """A reader of a deleted topic just runs dry (and may auto-create it again, empty): after reading, the
     source must still hold the run's bound, or the copy would look complete while it is not. (Under the
-    cutover's fence the quiet check makes the same read after the final sync.)"""
+    cutover's fence the quiet check makes the same read after the final sync.) Returns the source's last
+    message id it read (None: it did not ask), which lag_after takes instead of asking again."""
     if job.upper is None or job.fenced:
-        return
+        return None
     try:
         last = admin.last_message_id(job.topic)
     except NotFound:
@@ -929,6 +933,7 @@ def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> None:
     if Position(int(last.get("ledgerId", -1)), int(last.get("entryId", -1))) < job.upper:
         raise ReadError(f"{job.topic} on the source ends before this run's bound {job.upper}: it was deleted or "
                         "truncated during the run")
+    return last
 
 
 def check_read_to_bound(job: PartitionJob, last_read: Position | None,
@@ -948,14 +953,16 @@ def check_read_to_bound(job: PartitionJob, last_read: Position | None,
                     "behind")
 
 
-def lag_after(admin: PulsarAdmin, job: PartitionJob) -> int | None:
+def lag_after(admin: PulsarAdmin, job: PartitionJob, last: dict[str, Any] | None = None) -> int | None:
     """Source entries written after the run's bound, when countable (same ledger); none under the cutover's
-    fence (the quiet check proves the source did not move)."""
+    fence (the quiet check proves the source did not move). `last`: the source's last message id as read
+    right after the copy (check_source_intact's; one admin call a partition fewer), else asked now."""
     if job.upper is None:
         return None
     if job.fenced:
         return 0
-    last = admin.last_message_id(job.topic)
+    if last is None:
+        last = admin.last_message_id(job.topic)
     ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
     if ledger == job.upper.ledger:
         return max(entry - job.upper.entry, 0)
