@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,18 @@ from pulsar_migration.stepjob import run_step
 
 COPY_PROPERTIES = ("__pm_source", "__pm_source_publish_time")
 GEO_PROPERTY = "__MSG_PROP_REPL_SOURCE_POSITION"
+
+
+class CountingAdmin(PulsarAdmin):
+    """The library's admin client, counting its GET calls by the path's last segment ("stats", "lastMessageId")."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gets: Counter[str] = Counter()
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        self.gets[path.rsplit("/", 1)[-1]] += 1
+        return super().get(path, **kwargs)
 
 
 def client(cluster: LocalCluster) -> pulsar.Client:

@@ -4,7 +4,6 @@ whether its namespace was just changed (a few partitions asked first, then all) 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import requests
 from localdev.pulsar_local import LocalCluster
@@ -13,21 +12,9 @@ from pulsar_migration.replication.step import enable_deduplication_on
 from pulsar_migration.spec import MigrationSpec
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import source_tenant
+from tests.integration.replication_helpers import CountingAdmin, source_tenant
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_topics import cleanup
-
-
-class CountingAdmin(PulsarAdmin):
-    """The library's admin client, counting the topic stats it asks for."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stats_calls = 0
-
-    def get(self, path: str, **kwargs: Any) -> Any:
-        self.stats_calls += path.endswith("/stats")
-        return super().get(path, **kwargs)
 
 
 def deduplication_status(cluster: LocalCluster, topic: str) -> str | None:
@@ -58,11 +45,11 @@ def test_every_partition_runs_with_deduplication_when_the_step_goes_on(
         changed = enable_deduplication_on(admin, spec, ["ns", "other"], topics)
         assert changed == ["ns", "other"]
         assert [t for t in topics if deduplication_status(cluster_b, t) != "Enabled"] == []
-        assert admin.stats_calls >= len(topics)  # every partition was asked at least once
+        assert admin.gets["stats"] >= len(topics)  # every partition was asked at least once
 
-        admin.stats_calls = 0  # already on: nothing changed, each partition asked once
+        admin.gets.clear()  # already on: nothing changed, each partition asked once
         assert enable_deduplication_on(admin, spec, ["ns", "other"], topics) == []
-        assert admin.stats_calls == len(topics)
+        assert admin.gets["stats"] == len(topics)
     finally:
         admin.close()
         cleanup(tenant, admin_b)

@@ -3,8 +3,6 @@ bound (check_source_intact) and how many entries were written past it (lag_after
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
@@ -12,20 +10,8 @@ from pulsar_migration.replication.partition import PartitionJob, check_source_in
 from pulsar_migration.replication.reading import ReadError
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import source_tenant
+from tests.integration.replication_helpers import CountingAdmin, source_tenant
 from tests.integration.test_replicate_topics import cleanup, produce_unbatched
-
-
-class CountingAdmin(PulsarAdmin):
-    """The library's admin client, counting the lastMessageId calls it makes."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.last_id_calls = 0
-
-    def last_message_id(self, topic: str) -> dict[str, Any]:
-        self.last_id_calls += 1
-        return super().last_message_id(topic)
 
 
 def test_one_look_at_the_source_end_checks_the_bound_and_counts_the_lag(
@@ -41,17 +27,17 @@ def test_one_look_at_the_source_end_checks_the_bound_and_counts_the_lag(
         job = PartitionJob(topic, "ns/t", -1, bound)
         produce_unbatched(cluster_a, topic, 3)  # written after the run's bound, in the same ledger
 
-        admin.last_id_calls = 0
+        admin.gets.clear()
         last = check_source_intact(admin, job)
-        assert last is not None and admin.last_id_calls == 1
+        assert last is not None and admin.gets["lastMessageId"] == 1
         assert lag_after(admin, job, last) == 3
-        assert admin.last_id_calls == 1  # the lag came from the same answer
-        assert lag_after(admin, job) == 3 and admin.last_id_calls == 2  # asked again when not handed one
+        assert admin.gets["lastMessageId"] == 1  # the lag came from the same answer
+        assert lag_after(admin, job) == 3 and admin.gets["lastMessageId"] == 2  # asked again when not handed one
 
         # Under the cutover's fence neither asks: the quiet check proves the source did not move.
         fenced = PartitionJob(topic, "ns/t", -1, bound, fenced=True)
         assert check_source_intact(admin, fenced) is None and lag_after(admin, fenced) == 0
-        assert admin.last_id_calls == 2
+        assert admin.gets["lastMessageId"] == 2
 
         admin_a.delete(f"{admin_a.topic_path(topic)}", params={"force": "true"})
         with pytest.raises(ReadError, match=r"deleted on the source during the run|ends before this run's bound"):
