@@ -51,8 +51,18 @@ LOG_CONFIG = JAVA_DIR / LOG_CONFIG_NAME  # in the source tree (the benchmarks' o
 # step from 19.5-19.8 to 23.9-24.0 MB/s (1 KiB batched and unbatched: within noise).
 # Direct memory (the readers' queues, two readers per partition copied) is set apart from the heap's size: the
 # client falls back to heap buffers when it runs out.
+# The C2 compiler also waits for 30x the default counts, except on the two SHA-256 methods it replaces with the
+# CPU's instructions (a third of the default counts there). The compiler threads went from 4.2-4.6 to 2.4-2.5 s of
+# CPU over three 192 MB batched copies (256 B, 1 KiB, 16 KiB), engine CPU -8%; step wall, three alternating runs each
+# on two busy cores: 256 B batched 34.4 -> 34.5 MB/s, 1 KiB 44.2 -> 46.9, 16 KiB 51.0 -> 54.8; 1 KiB unbatched 11.2
+# -> 13.4. Measured beside it (two runs each): C2 alone (-TieredCompilation) slower on 16 KiB, 10x the counts about
+# the same, 100x slower on 256 B (the parsing stays longer in C1).
+C2_LATER = ("-XX:Tier4InvocationThreshold=150000", "-XX:Tier4MinInvocationThreshold=18000",
+            "-XX:Tier4CompileThreshold=450000", "-XX:Tier4BackEdgeThreshold=1200000", "-XX:CompileCommand=quiet",
+            *(f"-XX:CompileCommand=option,sun.security.provider.{method},double,CompileThresholdScaling,0.01"
+              for method in ("SHA2::implCompress0", "DigestBase::implCompressMultiBlock0")))
 JVM_OPTIONS = ("-Xmx512m", "-XX:MaxDirectMemorySize=1g", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:FreqInlineSize=100",
-               "-XX:MaxInlineLevel=9")
+               "-XX:MaxInlineLevel=9", *C2_LATER)
 RECEIVER_QUEUE = 5000
 STDERR_LINES = 50  # the engine's last log lines kept for an error line
 # How long a closed engine may take to exit: it halts at once, or writes its class archive (a few seconds) first.
