@@ -14,8 +14,11 @@ venv:
 pulsar-fetch: venv
 	$(PY) -m localdev.pulsar_local fetch
 
+# `AUTH=1` (or yes, true): the pair with token authentication and authorization on.
+AUTH_FLAG := $(if $(filter 1 yes true,$(AUTH)),--auth)
+
 clusters-up: venv
-	$(PY) -m localdev.pulsar_local start $(if $(filter 1 yes true,$(AUTH)),--auth)
+	$(PY) -m localdev.pulsar_local start $(AUTH_FLAG)
 
 clusters-down: venv
 	$(PY) -m localdev.pulsar_local stop
@@ -23,9 +26,8 @@ clusters-down: venv
 # Tests and benchmarks leave their tenants behind (a crashed benchmark its 768 MB data sets): the pair's data grows
 # with every run (55 GB after a few days here, until a bookie turned read-only on a nearly full disk). This starts
 # them again empty.
-clusters-reset: venv
-	$(PY) -m localdev.pulsar_local stop
-	$(PY) -m localdev.pulsar_local start --fresh $(if $(filter 1 yes true,$(AUTH)),--auth)
+clusters-reset: clusters-down
+	$(PY) -m localdev.pulsar_local start --fresh $(AUTH_FLAG)
 
 clusters-status: venv
 	$(PY) -m localdev.pulsar_local status

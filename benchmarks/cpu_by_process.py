@@ -31,12 +31,13 @@ WINDOW_LINE = re.compile(
 def process_class(cmdline: str) -> str:
     if "EntryCopy" in cmdline:
         return "engine"
-    if "java" in cmdline.split("\0", 1)[0]:
+    program = cmdline.split("\0", 1)[0]
+    if "java" in program:
         for cluster in ("cluster-a", "cluster-b"):
             if f"/{cluster}/" in cmdline:
                 return f"broker-{cluster[-1]}"
         return "spark-jvm" if "org.apache.spark" in cmdline else "other"
-    return "python" if "python" in cmdline.split("\0", 1)[0] else "other"
+    return "python" if "python" in program else "other"
 
 
 def cpu_seconds() -> dict[str, tuple[str, float]]:
