@@ -178,7 +178,7 @@ public final class LagProbe {
     public static void main(String[] args) throws Exception {
 $FOLLOWED_COPY
         for (int i = 0; i < EntryCopy.MAX_READ_BACK_LAG + 5; i++) {
-            copy.sent();
+            copy.sent(0);
         }
         java.util.Arrays.fill(copy.sentAt, System.nanoTime() + 60_000_000_000L);  // young, however slow this runs
         copy.keepReadBackClose();  // past the count, but the oldest entry not read back is young: no wait
@@ -244,7 +244,7 @@ public final class StallProbe {
         System.setProperty("pm.readBackStallMs", "1000");  // before EntryCopy's class is initialised
 $FOLLOWED_COPY
         for (int i = 0; i < 3 * EntryCopy.MAX_READ_BACK_LAG; i++) {
-            copy.sent();
+            copy.sent(0);
         }
         java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);  // sent a minute ago: it waits
         String[] failure = new String[1];
@@ -361,6 +361,54 @@ def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) ->
     stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY), []).splitlines()
     assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
                       "ring-full-waits true", "ended-goes true"]
+
+
+BYTE_LAG_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+public final class ByteLagProbe {
+    public static void main(String[] args) throws Exception {
+$FOLLOWED_COPY
+        int half = (int) (EntryCopy.MAX_READ_BACK_BYTES / 2);
+        copy.sent(half);
+        copy.sent(half);
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);  // sent a minute ago
+        copy.keepReadBackClose();  // two entries, the bound's bytes exactly: no wait
+        System.out.println("at-bytes-goes " + copy.readBackWaitNanos);
+        copy.sent(1);
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);
+        Thread copying = new Thread(() -> {
+            try {
+                copy.keepReadBackClose();
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        copying.start();
+        copying.join(300);
+        System.out.println("byte-past-waits " + copying.isAlive());  // three entries, far within the count
+        scan.sentRead = 1;  // the first half read back: half and a byte ahead
+        copying.join(5000);
+        System.out.println("within-bytes-goes " + !copying.isAlive());
+        java.util.Arrays.fill(copy.sentAt, System.nanoTime() + 60_000_000_000L);  // young, however slow this runs
+        copy.sent(2 * half);
+        long waited = copy.readBackWaitNanos;
+        copy.keepReadBackClose();  // past the bytes, but the oldest entry not read back is young: no wait
+        System.out.println("young-goes " + (copy.readBackWaitNanos == waited));
+    }
+}
+"""
+
+
+def test_the_copy_waits_while_its_read_back_is_too_many_bytes_behind(tmp_path: Path) -> None:
+    """keepReadBackClose: within the entry count, the copy runs past MAX_READ_BACK_BYTES ahead of its read-back
+    only while the oldest entry not read back is younger than MAX_READ_BACK_AGE_MS (1,000 batches of 128 KiB let a
+    read-back trail by most of a large copy)."""
+    stdout = run_probe(tmp_path, "ByteLagProbe", BYTE_LAG_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY),
+                       []).splitlines()
+    assert stdout == ["at-bytes-goes 0", "byte-past-waits true", "within-bytes-goes true", "young-goes true"]
 
 
 def test_one_start_claims_the_full_archive_a_stale_claim_is_taken_over_and_a_failed_recording_is_not_retried(

@@ -78,6 +78,10 @@ public final class EntryCopy {
     // 144 s of CPU against 60 s at 1,000) or too tight against a far target (1,000 entries a round trip and
     // partition: 10,000/s at 100 ms). The broker keeps written entries in its cache for about 1 s.
     static final long MAX_READ_BACK_LAG = 1000;
+    // And always at most this many bytes: 1,000 batches of 128 KiB (the client's default batch) are 128 MB, most of
+    // a partition of a 768 MB copy, and a read-back that far behind reads cold from the bookie and trails the copy
+    // at its end (16 KiB batched: 1.4-1.5 s a partition after an 8.9 s copy).
+    static final long MAX_READ_BACK_BYTES = Long.getLong("pm.readBackLagBytes", 8L << 20);
     // -Dpm.readBackAgeMs=0 leaves the count alone (benchmarks/far_target.py compares the two).
     static final long MAX_READ_BACK_AGE_MS = Long.getLong("pm.readBackAgeMs", 300);
     // Send times of the last SENT_TIMES entries (a ring); past it the copy waits whatever their age.
@@ -481,6 +485,8 @@ public final class EntryCopy {
     long sendWaitNanos;
     long readBackWaitNanos;  // the copy held back for its read-back (keepReadBackClose)
     final long[] sentAt = new long[SENT_TIMES];  // System.nanoTime() of the n-th entry sent, at n % SENT_TIMES
+    final long[] sentUpTo = new long[SENT_TIMES];  // bytes sent up to the n-th entry (its own included), likewise
+    long sentBytes;
     volatile TargetScan follower;  // the read-back following this copy, while it runs
     final boolean scanWanted;  // read the target back after the copy (TargetScan), rows into rowsFile
     final long[] scanAfter;
@@ -918,7 +924,7 @@ public final class EntryCopy {
             delayed += count;
         }
         copiedMessages += count;
-        sent();
+        sent(body.readableBytes());
         copiedBytes += size;
         ((ProducerImpl<byte[]>) producer).internalSendAsync(msg).whenComplete((id, error) -> {
             try {
@@ -948,15 +954,17 @@ public final class EntryCopy {
         return 2 * 9 + SOURCE_TAG.length() + tagLength + SOURCE_PUBLISH_TIME.length() + publishTime.length();
     }
 
-    /** Counts an entry sent and notes when. */
-    void sent() {
+    /** Counts an entry of `bytes` sent and notes when. */
+    void sent(int bytes) {
+        sentBytes += bytes;
         sentAt[(int) (copiedEntries % SENT_TIMES)] = System.nanoTime();
+        sentUpTo[(int) (copiedEntries % SENT_TIMES)] = sentBytes;
         copiedEntries++;
     }
 
     /**
-     * Holds the copy close to its read-back: within MAX_READ_BACK_LAG entries, or further only while the oldest
-     * entry not yet read back is younger than MAX_READ_BACK_AGE_MS. The target broker serves an entry read within
+     * Holds the copy close to its read-back: within MAX_READ_BACK_LAG entries and MAX_READ_BACK_BYTES, or further
+     * only while the oldest entry not yet read back is younger than MAX_READ_BACK_AGE_MS. The target broker serves an entry read within
      * about a second of its write from its entry cache, an older one from its bookie: measured on the local
      * standalone, 300,000 unbatched entries cost its broker 17.7 s of CPU read cold and 0.7 s read while written.
      * Left to itself on two busy cores the read-back fell 36-48 s behind a copy of 3M unbatched entries. The n-th
@@ -990,11 +998,15 @@ public final class EntryCopy {
     boolean readBackTooFarBehind(TargetScan scan) {
         long read = scan.sentRead;
         long ahead = copiedEntries - read;
-        if (ahead <= MAX_READ_BACK_LAG) {
+        if (ahead <= 0) {
             return false;
         }
         if (ahead >= SENT_TIMES) {
             return true;
+        }
+        long aheadBytes = sentBytes - (read == 0 ? 0 : sentUpTo[(int) ((read - 1) % SENT_TIMES)]);
+        if (ahead <= MAX_READ_BACK_LAG && aheadBytes <= MAX_READ_BACK_BYTES) {
+            return false;
         }
         return System.nanoTime() - sentAt[(int) (read % SENT_TIMES)] > MAX_READ_BACK_AGE_MS * 1_000_000;
     }
