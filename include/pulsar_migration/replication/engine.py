@@ -7,7 +7,7 @@ id derived from the source position and the producer names of the Python path (s
 dropped by the target's deduplication). It hashes the source's messages exactly as content.ContentHash does and
 sums its send receipts as content.PairDigest does; the partition's read-back of the target judges both.
 
-It runs as a `java` child of the Spark task, compiled once per source version into the cache directory against
+It runs as a `java` child of the Spark task, compiled once per source version and JDK into the cache directory against
 a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). Chunked and
 encrypted entries are left to the Python path: the engine stops before the first one, drained, and the
 partition continues where the target ends, as after a kill.
