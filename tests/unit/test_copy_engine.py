@@ -454,3 +454,41 @@ def test_a_new_build_deletes_builds_unused_for_two_weeks_and_keeps_the_rest(tmp_
     assert engine.prune_unused_builds(current) == ["stale"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "building", "building.lock", "current", "current.lock", "recent", "recent.lock"]
+
+
+def test_the_build_key_follows_the_source_the_client_the_distribution_and_the_jdk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class archive is valid only for the JVM and class path that made it: an upgraded JDK or a distribution
+    elsewhere gets a build of its own instead of a build whose archive every start would ignore."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "org.apache.pulsar-pulsar-client-original-4.0.8.jar").touch()
+    monkeypatch.setattr(engine, "jdk_identity", lambda: b"/usr/lib/jvm/a/bin/java\0JAVA_VERSION=17.0.15")
+    key = engine.build_key(lib, b"class EntryCopy {}")
+    assert key == engine.build_key(lib, b"class EntryCopy {}") and len(key) == 16
+    assert engine.build_key(lib, b"class EntryCopy { }") != key
+    monkeypatch.setattr(engine, "jdk_identity", lambda: b"/usr/lib/jvm/a/bin/java\0JAVA_VERSION=17.0.16")
+    assert engine.build_key(lib, b"class EntryCopy {}") != key
+    other = tmp_path / "other" / "lib"
+    other.mkdir(parents=True)
+    (other / "org.apache.pulsar-pulsar-client-original-4.0.8.jar").touch()
+    assert engine.build_key(other, b"x") != engine.build_key(lib, b"x")
+    before = engine.build_key(lib, b"x")
+    (lib / "org.apache.pulsar-pulsar-client-original-4.0.9.jar").touch()  # the newest client names the build
+    assert engine.build_key(lib, b"x") != before
+
+
+def test_the_jdk_identity_is_the_release_file_of_the_java_on_path(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", str(home / "bin"))
+    without_release = engine.jdk_identity()
+    assert without_release.startswith(str(java).encode() + b"\0")
+    (home / "release").write_text('JAVA_VERSION="17.0.16"\n')
+    assert engine.jdk_identity() == str(java).encode() + b'\0JAVA_VERSION="17.0.16"\n'
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert engine.jdk_identity() == b""

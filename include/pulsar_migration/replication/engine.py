@@ -7,7 +7,7 @@ id derived from the source position and the producer names of the Python path (s
 dropped by the target's deduplication). It hashes the source's messages exactly as content.ContentHash does and
 sums its send receipts as content.PairDigest does; the partition's read-back of the target judges both.
 
-It runs as a `java` child of the Spark task, compiled once per source version into the cache directory against
+It runs as a `java` child of the Spark task, compiled once per source version and JDK into the cache directory against
 a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). Chunked and
 encrypted entries are left to the Python path: the engine stops before the first one, drained, and the
 partition continues where the target ends, as after a kill.
@@ -274,13 +274,11 @@ class FullArchive:
 
 
 def compiled(lib: Path) -> Build:
-    """The engine compiled once per source and client version (a lock keeps parallel tasks from building the
-    same thing twice): javac, a jar, then a training start that records the classes a start loads into a
-    class-data archive (CDS), which later starts map instead of loading (about 1.7 s -> 1.0 s here)."""
-    client_jar = sorted(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar"))[-1].name
+    """The engine compiled once per build_key (a lock keeps parallel tasks from building the same thing twice):
+    javac, a jar, then a training start that records the classes a start loads into a class-data archive (CDS),
+    which later starts map instead of loading (about 1.7 s -> 1.0 s here)."""
     source = java_resource(SOURCE_NAME)
-    key = hashlib.sha256(source + client_jar.encode()).hexdigest()[:16]
-    target = cache_dir() / key
+    target = cache_dir() / build_key(lib, source)
 
     def build() -> None:
         _build(lib, target, source)
@@ -294,6 +292,30 @@ def compiled(lib: Path) -> Build:
     if not build.log_config.exists():  # a build made before the log configuration was kept with it
         keep_log_config(target)
     return build
+
+
+def build_key(lib: Path, source: bytes) -> str:
+    """What a build and its class archives depend on: the engine's source, the client version, the distribution's
+    lib/ (the archive records the class path) and the JDK."""
+    client_jar = sorted(lib.glob("org.apache.pulsar-pulsar-client-original-*.jar"))[-1].name
+    return hashlib.sha256(b"\0".join([source, client_jar.encode(), str(lib).encode(), jdk_identity()])).hexdigest()[:16]
+
+
+def jdk_identity() -> bytes:
+    """The JDK that runs the engine, for the build key: a class archive is only valid for the JVM build that made
+    it (another one ignores it, and every start would load ~3,000 classes from the jars again), so an upgraded JDK
+    gets a build of its own. Its real path and its `release` file (JAVA_VERSION, build); no JVM is started."""
+    java = shutil.which("java")
+    if java is None:
+        return b""
+    real = Path(java).resolve()
+    release = real.parent.parent / "release"
+    try:
+        text = release.read_bytes()
+    except OSError:  # a JDK without a release file: its binary's size and time instead
+        stat = real.stat()
+        text = f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+    return str(real).encode() + b"\0" + text
 
 
 # Builds of other engine sources or client versions unused this long are deleted when a new one is made: each holds
