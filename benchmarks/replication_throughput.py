@@ -35,6 +35,7 @@ payload bytes (10^6 bytes per MB) and messages per second of wall time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.replication.geo import StallWatch
 
+from benchmarks import cpu_split
 from benchmarks.metadata_scale import Cluster, git_revision, machine
 
 if TYPE_CHECKING:
@@ -613,6 +615,10 @@ def table(result: dict[str, Any]) -> list[str]:
     if variants:
         lines.append("\nThe bare entry copy with some of the engine's work added back:")
         lines += [f"- {ds_name}, {name}: {_fmt(method['mb_per_s'])} MB/s" for ds_name, name, method in variants]
+    split = result.get("cpu_split")
+    if split:
+        lines.append(f"\nCPU split: both brokers on CPUs {split['brokers']}, the benchmark and everything it started "
+                     f"(Spark, the engine, the raw, naive and bare clients) on CPUs {split['clients']}.")
     lookup = result.get("lookup")
     if lookup:
         cp = lookup["copy"]
@@ -714,15 +720,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare-also", type=_csv(str, ("tags", "hash", "tags+hash")), default=[],
                         help="after the bare copy, variants with some of the engine's work added back: tags (the two "
                              "properties), hash, tags+hash (default none)")
+    parser.add_argument("--cpu-split", default=None, metavar="BROKERS/CLIENTS",
+                        help="e.g. 0/1: both brokers pinned to the first CPU list, this process and everything it "
+                             "starts (Spark, the engine, the raw, naive and bare clients) to the second, as when "
+                             "the clusters and the Spark executors run on hosts of their own (benchmarks/cpu_split.py)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
     if min(args.sizes) < 8 or args.partitions < 1:
         parser.error("sizes must be >= 8 bytes and partitions >= 1")
+    pinned: tuple[set[int], set[int]] | None = None
+    if args.cpu_split:
+        try:
+            brokers, _, clients = args.cpu_split.partition("/")
+            pinned = (cpu_split.parse_cpus(brokers), cpu_split.parse_cpus(clients))
+        except ValueError as error:
+            parser.error(f"--cpu-split {args.cpu_split!r}: {error}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("py4j", "urllib3"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    with contextlib.ExitStack() as stack:
+        split = stack.enter_context(cpu_split.split(*pinned)) if pinned else None
+        return run(args, split)
 
+
+def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
+    """The benchmark proper; `split` is what --cpu-split pinned (None: nothing)."""
     src_admin = PulsarAdmin(SOURCE.admin_url, name=SOURCE.name, timeout_s=120.0)
     tgt_admin = PulsarAdmin(TARGET.admin_url, name=TARGET.name, timeout_s=120.0)
     for admin in (src_admin, tgt_admin):
@@ -758,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
         "producer": {"max_pending_messages": MAX_PENDING, "block_if_queue_full": True,
                      "batching": "client defaults (1000 messages, 128 KiB, 10 ms) when batched"},
         "reader_receiver_queue": RECEIVER_QUEUE, "loadavg_start": os.getloadavg(), "datasets": [],
-        "engine_build_s": engine_build_s,
+        "engine_build_s": engine_build_s, "cpu_split": split,
     }
     tenants = Tenants(src_admin, tgt_admin)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="replication-throughput-"))
