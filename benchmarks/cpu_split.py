@@ -7,8 +7,8 @@ work takes CPU from the brokers, which geo-replication (inside the source broker
     .venv/bin/python -m benchmarks.cpu_split restore            # both brokers back on every CPU
 
 `split(brokers, clients)` pins every thread of both broker JVMs to `brokers` and every thread of this process to
-`clients` (processes it starts later inherit that), and puts the brokers back on every CPU when it ends; if the
-process is killed meanwhile, `restore` does it. Threads a pinned thread creates inherit its CPUs.
+`clients` (processes it starts later inherit that), and puts the brokers back on every CPU when it ends, also on a
+SIGTERM; after a SIGKILL, `restore` does it. Threads a pinned thread creates inherit its CPUs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def split(brokers: set[int], clients: set[int]) -> Iterator[dict[str, object]]:
         raise RuntimeError(f"expected both local brokers running, found {sorted(pids) or 'none'}")
     own_before = os.sched_getaffinity(0)
     done: dict[str, object] = {"brokers": sorted(brokers), "clients": sorted(clients)}
+    # A SIGTERM (kill, a stopped session) would end the process without `finally`: the brokers would stay pinned.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         for name, pid in sorted(pids.items()):
             done[f"{name}_threads"] = pin(pid, brokers)
@@ -84,6 +87,11 @@ def split(brokers: set[int], clients: set[int]) -> Iterator[dict[str, object]]:
     finally:
         restore()
         pin(os.getpid(), own_before)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def restore() -> dict[str, int]:

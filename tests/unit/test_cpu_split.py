@@ -70,3 +70,16 @@ def test_overlapping_lists_and_missing_brokers_change_nothing(fake_brokers: dict
     with pytest.raises(RuntimeError, match="both local brokers"), cpu_split.split({0}, {1}):
         pass
     assert {pid: thread_cpus(pid) for pid in fake_brokers.values()} == before
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or len(cpu_split.all_cpus()) < 2, reason="needs two CPUs")
+def test_a_sigterm_inside_the_split_still_restores_the_brokers(fake_brokers: dict[str, int]) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as ended, cpu_split.split({0}, {1}):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert ended.value.code == 128 + signal.SIGTERM
+    for pid in fake_brokers.values():
+        assert all(c == cpu_split.all_cpus() for c in thread_cpus(pid))
+    assert signal.getsignal(signal.SIGTERM) == before
