@@ -657,8 +657,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7, loc="best")
+    split = result.get("cpu_split")
+    pinned = f", brokers on CPUs {split['brokers']}, clients on {split['clients']}" if split else ""
     fig.suptitle(f"Replication throughput, cluster-a -> cluster-b, {result['partitions']} partitions, "
-                 f"Spark {result['master']}, {result['started']}", fontsize=10)
+                 f"Spark {result['master']}{pinned}, {result['started']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
