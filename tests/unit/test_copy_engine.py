@@ -169,6 +169,23 @@ FOLLOWED_COPY = """        ObjectMapper json = new ObjectMapper();
         EntryCopy.TargetScan scan = new EntryCopy.TargetScan(copy);
         copy.follower = scan;"""
 
+# A probe's copy waiting for its read-back on a thread of its own (keepReadBackClose).
+WAITING = """    static Thread waiting(EntryCopy copy) {
+        Thread copying = new Thread(() -> {
+            try {
+                copy.keepReadBackClose();
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        copying.start();
+        return copying;
+    }"""
+
+
+def probe_source(template: str) -> str:
+    return template.replace("$FOLLOWED_COPY", FOLLOWED_COPY).replace("$WAITING", WAITING)
+
 LAG_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -203,17 +220,7 @@ $FOLLOWED_COPY
         System.out.println("ended-goes " + !copying.isAlive());
     }
 
-    static Thread waiting(EntryCopy copy) {
-        Thread copying = new Thread(() -> {
-            try {
-                copy.keepReadBackClose();
-            } catch (InterruptedException e) {
-                throw new IllegalStateException(e);
-            }
-        });
-        copying.start();
-        return copying;
-    }
+$WAITING
 }
 """
 
@@ -276,7 +283,7 @@ $FOLLOWED_COPY
 def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(tmp_path: Path) -> None:
     """keepReadBackClose waits for a slow read-back as long as it takes something, and fails with one line on one
     that takes nothing for pm.readBackStallMs (it waited for ever)."""
-    stdout = run_probe(tmp_path, "StallProbe", STALL_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY), []).splitlines()
+    stdout = run_probe(tmp_path, "StallProbe", probe_source(STALL_PROBE), []).splitlines()
     assert stdout == ["slow-waits true", "stalled-fails true true",
                       "the read-back of persistent://t/ns/x in cluster b took nothing for 1s while the copy waited for "
                       "it (2990 entries sent and not read back)"]
@@ -358,7 +365,7 @@ def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) ->
     """keepReadBackClose: the copy runs past MAX_READ_BACK_LAG entries ahead of its read-back only while the oldest
     entry not read back is younger than MAX_READ_BACK_AGE_MS, never further than the send times it keeps, and never
     waits for a read-back that has ended."""
-    stdout = run_probe(tmp_path, "LagProbe", LAG_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY), []).splitlines()
+    stdout = run_probe(tmp_path, "LagProbe", probe_source(LAG_PROBE), []).splitlines()
     assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
                       "ring-full-waits true", "ended-goes true"]
 
@@ -379,14 +386,7 @@ $FOLLOWED_COPY
         System.out.println("at-bytes-goes " + copy.readBackWaitNanos);
         copy.sent(1);
         java.util.Arrays.fill(copy.sentAt, System.nanoTime() - 60_000_000_000L);
-        Thread copying = new Thread(() -> {
-            try {
-                copy.keepReadBackClose();
-            } catch (InterruptedException e) {
-                throw new IllegalStateException(e);
-            }
-        });
-        copying.start();
+        Thread copying = waiting(copy);
         copying.join(300);
         System.out.println("byte-past-waits " + copying.isAlive());  // three entries, far within the count
         scan.sentRead = 1;  // the first half read back: half and a byte ahead
@@ -398,6 +398,8 @@ $FOLLOWED_COPY
         copy.keepReadBackClose();  // past the bytes, but the oldest entry not read back is young: no wait
         System.out.println("young-goes " + (copy.readBackWaitNanos == waited));
     }
+
+$WAITING
 }
 """
 
@@ -406,8 +408,7 @@ def test_the_copy_waits_while_its_read_back_is_too_many_bytes_behind(tmp_path: P
     """keepReadBackClose: within the entry count, the copy runs past MAX_READ_BACK_BYTES ahead of its read-back
     only while the oldest entry not read back is younger than MAX_READ_BACK_AGE_MS (1,000 batches of 128 KiB let a
     read-back trail by most of a large copy)."""
-    stdout = run_probe(tmp_path, "ByteLagProbe", BYTE_LAG_PROBE.replace("$FOLLOWED_COPY", FOLLOWED_COPY),
-                       []).splitlines()
+    stdout = run_probe(tmp_path, "ByteLagProbe", probe_source(BYTE_LAG_PROBE), []).splitlines()
     assert stdout == ["at-bytes-goes 0", "byte-past-waits true", "within-bytes-goes true", "young-goes true"]
 
 
