@@ -54,6 +54,7 @@ from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.replication.geo import StallWatch
 
 from benchmarks import cpu_split
+from benchmarks.cpu_by_process import CLOCK_TICKS
 from benchmarks.metadata_scale import Cluster, git_revision, machine
 
 if TYPE_CHECKING:
@@ -107,6 +108,41 @@ class DataSet:
 def rate(messages: int, nbytes: int, seconds: float) -> dict[str, Any]:
     return {"s": round(seconds, 3), "msgs_per_s": round(messages / seconds, 1) if seconds > 0 else None,
             "mb_per_s": round(nbytes / MB / seconds, 3) if seconds > 0 else None}
+
+
+# Before each timed method the harness waits (up to SETTLE_MAX_S, set by --settle) until both brokers are nearly
+# idle: what a broker spends right after a data set was written (its bookie flushing it) otherwise lands in the next
+# method's window, e.g. geo's, whose backlog is written just before it is timed.
+SETTLE_MAX_S = 0.0
+SETTLE_IDLE_CORES = 0.25  # both brokers together, over each of two consecutive half-seconds
+
+
+def settle() -> float:
+    """Waits until the local brokers are idle (or SETTLE_MAX_S passed); returns the seconds waited."""
+    if SETTLE_MAX_S <= 0:
+        return 0.0
+    pids = list(cpu_split.broker_pids().values())
+
+    def used() -> float:
+        total = 0.0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return total
+
+    started = time.monotonic()
+    quiet, before = 0, used()
+    while quiet < 2 and time.monotonic() - started < SETTLE_MAX_S:
+        time.sleep(0.5)
+        now = used()
+        quiet = quiet + 1 if (now - before) / 0.5 < SETTLE_IDLE_CORES else 0
+        before = now
+    waited = round(time.monotonic() - started, 2)
+    log.info("brokers settled in %.1fs%s", waited, "" if quiet >= 2 else " (still busy: gave up)")
+    return waited
 
 
 def load1() -> float:
@@ -289,8 +325,8 @@ def method_geo(ds: DataSet, payloads: list[bytes], tenant: str, src: PulsarAdmin
     finally:
         c.close()
     want = partition_entries(src, tenant)
-    out: dict[str, Any] = {"load1": load1(), "produce": rate(ds.messages, ds.bytes, produce_s),
-                           "source_entries": sum(want)}
+    out: dict[str, Any] = {"produce": rate(ds.messages, ds.bytes, produce_s), "source_entries": sum(want),
+                           "settle_s": settle(), "load1": load1()}
     cursor = f"pulsar.repl.{TARGET.name}"
     base = f"/persistent/{seg(tenant)}/{NAMESPACE}/{TOPIC}"
     for i in range(len(want)):
@@ -367,6 +403,7 @@ def copy_step(spec: Path, run_dir: Path, messages: int) -> tuple[float, float, d
     if run_step("sync_metadata", meta_run, ["--spec", str(spec), "--run-dir", str(run_dir)]) != 0:
         raise BenchmarkError(f"sync_metadata failed (run dir {run_dir})")
     sync_s = time.monotonic() - started
+    report_settle = settle()
     started = time.monotonic()
     code = run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)])
     wall = time.monotonic() - started
@@ -377,6 +414,7 @@ def copy_step(spec: Path, run_dir: Path, messages: int) -> tuple[float, float, d
     if counts["copied_messages"] != messages or counts["target_messages"] != messages:
         raise BenchmarkError(f"copy: {counts['copied_messages']} copied, {counts['target_messages']} on the target, "
                              f"{messages} expected")
+    report["benchmark_settle_s"] = report_settle  # the wait before the step (not part of its wall)
     return sync_s, wall, report
 
 
@@ -385,7 +423,8 @@ def method_copy(ds: DataSet, tenant: str, work: Path, slots: int, options: dict[
     spec = write_spec(work / f"spec-{tenant}.json", tenant, options)
     run_dir = work / f"run-{tenant}"
     sync_s, wall, report = copy_step(spec, run_dir, ds.messages)
-    out: dict[str, Any] = {"load1": load1(), "options": options, "sync_metadata_s": round(sync_s, 3)}
+    out: dict[str, Any] = {"load1": load1(), "options": options, "sync_metadata_s": round(sync_s, 3),
+                           "settle_s": report["benchmark_settle_s"]}
     counts, details = report["counts"], report["details"]
     parts = details["partitions"]
     copy_s = [p["copy_s"] for p in parts]
@@ -469,7 +508,7 @@ def method_bare(ds: DataSet, src_tenant: str, tgt_tenant: str, src: PulsarAdmin,
     entries = partition_entries(src, src_tenant)
     parts = [bare_entry_copy.Partition(f"{topic_name(src_tenant)}-partition-{i}",
                                        f"{topic_name(tgt_tenant)}-partition-{i}", n) for i, n in enumerate(entries)]
-    out: dict[str, Any] = {"load1": load1(), "adds": list(adds)}
+    out: dict[str, Any] = {"settle_s": settle(), "load1": load1(), "adds": list(adds)}
     started = time.monotonic()
     figures = bare_entry_copy.run(SOURCE.service_url, TARGET.service_url, parts, adds)
     process_s = time.monotonic() - started
@@ -726,6 +765,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="e.g. 0/1: both brokers pinned to the first CPU list, this process and everything it "
                              "starts (Spark, the engine, the raw, naive and bare clients) to the second, as when "
                              "the clusters and the Spark executors run on hosts of their own (benchmarks/cpu_split.py)")
+    parser.add_argument("--settle", type=float, default=20.0, metavar="SECONDS",
+                        help="before each timed copy, bare copy and geo catch-up, wait up to this long for both "
+                             "brokers to be idle (default 20; 0 = no wait)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
@@ -755,6 +797,8 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
             print(f"error: cluster {admin.name} at {admin.admin_url} is not healthy", file=sys.stderr)
             return 1
 
+    global SETTLE_MAX_S
+    SETTLE_MAX_S = max(0.0, args.settle)
     if args.copy_engine:
         COPY_OPTIONS["copy_engine"] = args.copy_engine
     engine_build_s = None
@@ -783,7 +827,7 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
         "producer": {"max_pending_messages": MAX_PENDING, "block_if_queue_full": True,
                      "batching": "client defaults (1000 messages, 128 KiB, 10 ms) when batched"},
         "reader_receiver_queue": RECEIVER_QUEUE, "loadavg_start": os.getloadavg(), "datasets": [],
-        "engine_build_s": engine_build_s, "cpu_split": split,
+        "engine_build_s": engine_build_s, "cpu_split": split, "settle_max_s": SETTLE_MAX_S,
     }
     tenants = Tenants(src_admin, tgt_admin)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="replication-throughput-"))
