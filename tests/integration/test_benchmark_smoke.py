@@ -39,7 +39,7 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     assert ds["methods"]["copy"]["copied_messages"] == 300
     # The wait for idle brokers before each timed method, bounded by --settle (the other test worker keeps them busy).
     assert result["settle_max_s"] == 1.0
-    assert all(0 <= ds["methods"][m]["settle_s"] <= 2.5 for m in ("geo", "copy", "bare"))
+    assert all(0 <= ds["methods"][m]["settle_s"] <= 5 for m in ("geo", "copy", "bare"))  # 1 s and a poll, not 20
     assert ds["methods"]["copy"]["step_wall"]["mb_per_s"] > 0
     assert ds["methods"]["geo"]["target_entries"] == ds["methods"]["geo"]["source_entries"] > 0
     for key in ("produce", "consume", "pipeline"):
