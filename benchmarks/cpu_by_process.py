@@ -40,16 +40,20 @@ def process_class(cmdline: str) -> str:
     return "python" if "python" in program else "other"
 
 
+def process_cpu_seconds(pid: int | str) -> float:
+    """The CPU (user + system) process `pid` used so far; OSError when it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def cpu_seconds() -> dict[str, tuple[str, float]]:
     """Per pid: its class and the CPU (user + system) it used so far."""
     seen: dict[str, tuple[str, float]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_text()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            seen[pid] = (process_class(Path(f"/proc/{pid}/cmdline").read_text()), process_cpu_seconds(pid))
         except OSError:
             continue  # gone meanwhile
-        seen[pid] = (process_class(cmdline), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
     return seen
 
 

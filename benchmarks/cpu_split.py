@@ -19,9 +19,8 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
-from benchmarks.cpu_by_process import process_class
+from benchmarks.cpu_by_process import cpu_seconds
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +31,7 @@ def all_cpus() -> set[int]:
 
 def broker_pids() -> dict[str, int]:
     """The local brokers' JVMs: {"broker-a": pid, "broker-b": pid}, as cpu_by_process tells them apart."""
-    found: dict[str, int] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            kind = process_class(Path(f"/proc/{pid}/cmdline").read_text())
-        except OSError:
-            continue
-        if kind.startswith("broker-"):
-            found[kind] = int(pid)
-    return found
+    return {kind: int(pid) for pid, (kind, _) in cpu_seconds().items() if kind.startswith("broker-")}
 
 
 def pin(pid: int, cpus: set[int]) -> int:

@@ -78,7 +78,7 @@ def write_spec(path: Path, tenant: str, target: pulsar_local.LocalCluster, far: 
 
 def copy(ds: DataSet, tenant: str, target: pulsar_local.LocalCluster, far: bool, work: Path) -> dict[str, Any]:
     run_dir = work / f"run-{tenant}"
-    _, wall, report = copy_step(write_spec(work / f"spec-{tenant}.json", tenant, target, far), run_dir, ds.messages)
+    _, _, wall, report = copy_step(write_spec(work / f"spec-{tenant}.json", tenant, target, far), run_dir, ds.messages)
     parts = report["details"]["partitions"]
     times = [p.get("engine_times") or {} for p in parts]
     return {"load1": load1(), "step_wall": rate(ds.messages, ds.bytes, wall),
