@@ -525,6 +525,17 @@ def method_bare(ds: DataSet, src_tenant: str, tgt_tenant: str, src: PulsarAdmin,
 COPY_OPTIONS: dict[str, Any] = {"delayed_delivery_horizon_s": 0}
 
 
+def copy_option(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, VALUE read as JSON (a bare word stays text)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
@@ -755,6 +766,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where specs and step run dirs go (default: a new temporary directory, kept)")
     parser.add_argument("--copy-engine", choices=("auto", "java", "python"), default=None,
                         help="the copy's options.copy_engine (default: the spec default, auto)")
+    parser.add_argument("--copy-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another spec option of the copy, VALUE as JSON (e.g. copy_max_in_flight=20000); "
+                             "repeatable")
     parser.add_argument("--bare-also", type=_csv(str, ("tags", "hash", "tags+hash")), default=[],
                         help="after the bare copy, variants with some of the engine's work added back: tags (the two "
                              "properties), hash, tags+hash (default none)")
@@ -770,6 +784,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.sizes) < 8 or args.partitions < 1:
         parser.error("sizes must be >= 8 bytes and partitions >= 1")
+    try:
+        args.copy_options = dict(copy_option(text) for text in args.copy_option)
+    except ValueError as error:
+        parser.error(f"--copy-option: {error}")
     pinned: tuple[set[int], set[int]] | None = None
     if args.cpu_split:
         try:
@@ -796,6 +814,7 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
 
     global SETTLE_MAX_S
     SETTLE_MAX_S = max(0.0, args.settle)
+    COPY_OPTIONS.update(args.copy_options)
     if args.copy_engine:
         COPY_OPTIONS["copy_engine"] = args.copy_engine
     engine_build_s = None

@@ -23,7 +23,8 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     assert (cluster_b.admin_url, cluster_b.service_url) == (bench.TARGET.admin_url, bench.TARGET.service_url)
 
     code = bench.main(["--messages", "300", "--sizes", "1024", "--shapes", "batched", "--lookup-mb", "0",
-                       "--partitions", "2", "--geo-timeout", "60", "--settle", "1", "--out-dir", str(tmp_path),
+                       "--partitions", "2", "--geo-timeout", "60", "--settle", "1",
+                       "--copy-option", "copy_max_in_flight=1000", "--out-dir", str(tmp_path),
                        "--work-dir", str(tmp_path / "work")])
 
     assert code == 0
@@ -37,6 +38,7 @@ def test_replication_throughput_harness_runs_every_method(cluster_a: LocalCluste
     for name, method in ds["methods"].items():
         assert method["msgs_per_s"] > 0 and method["mb_per_s"] > 0, name
     assert ds["methods"]["copy"]["copied_messages"] == 300
+    assert ds["methods"]["copy"]["options"]["copy_max_in_flight"] == 1000  # --copy-option reached the spec
     # The wait for idle brokers before each timed method, bounded by --settle (the other test worker keeps them busy).
     assert result["settle_max_s"] == 1.0
     assert all(0 <= ds["methods"][m]["settle_s"] <= 5 for m in ("geo", "copy", "bare"))  # 1 s and a poll, not 20
