@@ -50,10 +50,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localdev.paths import var_dir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.replication.geo import StallWatch
 
-from benchmarks import cpu_split
+from benchmarks import cpu_split, disk_room
 from benchmarks.cpu_by_process import process_cpu_seconds
 from benchmarks.metadata_scale import Cluster, git_revision, machine
 
@@ -779,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=20.0, metavar="SECONDS",
                         help="before each timed copy, bare copy and geo catch-up, wait up to this long for both "
                              "brokers to be idle (default 20; 0 = no wait)")
+    parser.add_argument("--skip-disk-check", action="store_true",
+                        help="start even when the local clusters' disk looks too full for the run's data")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--keep", action="store_true", help="do not delete the benchmark tenants")
     args = parser.parse_args(argv)
@@ -835,6 +838,12 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
 
     datasets = [DataSet(size, shape == "batched", count(size, args.mb)) for shape in args.shapes
                 for size in args.sizes]
+    if not args.skip_disk_check:
+        payload = sum(ds.bytes for ds in datasets) + (round(args.lookup_mb * MB) if args.lookup_mb else 0)
+        short = disk_room.shortage(var_dir() / "pulsar", disk_room.bytes_needed(payload, len(args.methods)))
+        if short:
+            print(f"error: {short}", file=sys.stderr)
+            return 1
     stamp = datetime.now(UTC)
     result: dict[str, Any] = {
         "benchmark": "replication_throughput", "started": stamp.isoformat(timespec="seconds"),
