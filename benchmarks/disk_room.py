@@ -28,9 +28,11 @@ def shortage(path: Path, needed: int) -> str | None:
     """Why the disk holding `path` lacks room for `needed` more bytes (one line), or None when it has it."""
     existing = next(p for p in (path, *path.parents) if p.exists())  # the clusters may not have started yet
     usage = shutil.disk_usage(existing)
-    if usage.used + needed <= MAX_USE * usage.total:
+    # As the bookie's DiskChecker counts use: 1 - usable/total (on a shared or reserved disk more than `used`).
+    room = usage.free - (1 - MAX_USE) * usage.total
+    if needed <= room:
         return None
     return (f"the run needs about {needed / GB:.1f} GB on the disk of {path} and only "
-            f"{max(0.0, MAX_USE * usage.total - usage.used) / GB:.1f} GB are left below {MAX_USE:.0%} use "
+            f"{max(0.0, room) / GB:.1f} GB are left below {MAX_USE:.0%} use "
             f"({usage.free / GB:.1f} GB free; bookies stop writing at 95%): `make clusters-reset` drops old test and "
             "benchmark data, or use a smaller --mb")

@@ -15,12 +15,12 @@ Usage = namedtuple("Usage", "total used free")
 GB = 10**9
 
 
-def fake_disk(monkeypatch: pytest.MonkeyPatch, total_gb: int, used_gb: int) -> list[Path]:
+def fake_disk(monkeypatch: pytest.MonkeyPatch, total_gb: int, used_gb: int, free_gb: int | None = None) -> list[Path]:
     asked: list[Path] = []
 
     def usage(path: Path) -> Usage:
         asked.append(Path(path))
-        return Usage(total_gb * GB, used_gb * GB, (total_gb - used_gb) * GB)
+        return Usage(total_gb * GB, used_gb * GB, (total_gb - used_gb if free_gb is None else free_gb) * GB)
 
     monkeypatch.setattr(shutil, "disk_usage", usage)
     return asked
@@ -36,6 +36,16 @@ def test_room_below_ninety_percent_use_is_enough(monkeypatch: pytest.MonkeyPatch
     line = disk_room.shortage(tmp_path, 41 * GB)
     assert line is not None and "needs about 41.0 GB" in line and "only 40.0 GB are left" in line
     assert "make clusters-reset" in line and "\n" not in line
+
+
+def test_use_is_counted_as_the_bookie_counts_it_from_what_is_free(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    # A shared disk (this machine's: 252 GB, 19 GB used by this file system's view, 77 GB free): the bookie sees
+    # 1 - free/total of it in use, and stops writing when free space falls under 5% of the total.
+    fake_disk(monkeypatch, total_gb=252, used_gb=19, free_gb=77)
+    assert disk_room.shortage(tmp_path, 51 * GB) is None
+    line = disk_room.shortage(tmp_path, 60 * GB)
+    assert line is not None and "only 51.8 GB are left below 90% use (77.0 GB free" in line
 
 
 def test_a_path_not_made_yet_is_judged_by_its_nearest_existing_parent(monkeypatch: pytest.MonkeyPatch,
