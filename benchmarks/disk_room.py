@@ -12,16 +12,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-# Bytes on disk per payload byte: the source data and each method's copy (1 + methods), journal and entry log (2x).
-WRITES_PER_METHOD = 2
+# Every byte a bookie takes is written twice: to its journal and to its entry log.
+COPIES_PER_WRITE = 2
 # Left free below the bookies' 95% threshold, for everything else on a shared disk.
 MAX_USE = 0.90
 GB = 1e9
 
 
 def bytes_needed(payload_bytes: int, methods: int) -> int:
-    """About what a run writes to the local clusters' disk for `payload_bytes` of messages and `methods` methods."""
-    return int(payload_bytes * (1 + methods) * WRITES_PER_METHOD)
+    """About what a run writes to the local clusters' disk for `payload_bytes` of messages and `methods` methods: the
+    source data and each method's copy of it (1 + methods), each written twice."""
+    return int(payload_bytes * (1 + methods) * COPIES_PER_WRITE)
 
 
 def shortage(path: Path, needed: int) -> str | None:

@@ -820,6 +820,19 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
     COPY_OPTIONS.update(args.copy_options)
     if args.copy_engine:
         COPY_OPTIONS["copy_engine"] = args.copy_engine
+
+    def count(size: int, mb: float) -> int:
+        return args.messages if args.messages else max(1, round(mb * MB / size))
+
+    datasets = [DataSet(size, shape == "batched", count(size, args.mb)) for shape in args.shapes
+                for size in args.sizes]
+    lookup_messages = count(args.lookup_size, args.lookup_mb) if "copy" in args.methods and args.lookup_mb > 0 else 0
+    if not args.skip_disk_check:  # before anything is built or written
+        payload = sum(ds.bytes for ds in datasets) + args.lookup_size * lookup_messages
+        short = disk_room.shortage(var_dir() / "pulsar", disk_room.bytes_needed(payload, len(args.methods)))
+        if short:
+            print(f"error: {short}", file=sys.stderr)
+            return 1
     engine_build_s = None
     if {"copy", "bare"} & set(args.methods):  # the engine is built on first use: not inside a timed copy
         from pulsar_migration.replication import engine
@@ -833,17 +846,6 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
                 bare_entry_copy.compiled()
             engine_build_s = round(time.monotonic() - started, 3)
 
-    def count(size: int, mb: float) -> int:
-        return args.messages if args.messages else max(1, round(mb * MB / size))
-
-    datasets = [DataSet(size, shape == "batched", count(size, args.mb)) for shape in args.shapes
-                for size in args.sizes]
-    if not args.skip_disk_check:
-        payload = sum(ds.bytes for ds in datasets) + (round(args.lookup_mb * MB) if args.lookup_mb else 0)
-        short = disk_room.shortage(var_dir() / "pulsar", disk_room.bytes_needed(payload, len(args.methods)))
-        if short:
-            print(f"error: {short}", file=sys.stderr)
-            return 1
     stamp = datetime.now(UTC)
     result: dict[str, Any] = {
         "benchmark": "replication_throughput", "started": stamp.isoformat(timespec="seconds"),
@@ -869,9 +871,8 @@ def run(args: argparse.Namespace, split: dict[str, object] | None) -> int:
         for ds in datasets:
             result["datasets"].append(run_dataset(ds, args.methods, args.partitions, slots, work, tenants,
                                                   args.geo_timeout, tuple(args.bare_also)))
-        if "copy" in args.methods and args.lookup_mb > 0:
-            result["lookup"] = run_lookup(args.lookup_size, count(args.lookup_size, args.lookup_mb), args.partitions,
-                                          slots, work, tenants)
+        if lookup_messages:
+            result["lookup"] = run_lookup(args.lookup_size, lookup_messages, args.partitions, slots, work, tenants)
     finally:
         if spark is not None and owned:
             spark.stop()
