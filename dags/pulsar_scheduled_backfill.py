@@ -20,6 +20,9 @@ Tasks: **render_spec** (the form + connections -> `RUN_DIR/spec.json`), **backfi
 writes them and verifies by counts and content hashes), **publish_backfill_window_report** (the verdict and
 counts in XCom; fails when the step did).
 
+*Copy rate limit (MB/s)* caps how fast a window reads the source (payload bytes, over all partitions), for
+backfills that run beside production traffic.
+
 Windows are cut by the broker's own publish-time lookup, so consecutive windows meet at one entry and every
 message belongs to exactly one window. *Window start*/*Window end* in the form override the data interval for a
 manual run of any window. Past ranges: `airflow backfill create --dag-id pulsar_scheduled_backfill
@@ -57,6 +60,7 @@ with DAG(
         **dag_params.selection_params(tenant_default="demo"),
         **dag_params.archive_params(),
         **dag_params.window_params(required=False),
+        **dag_params.rate_cap_param(),
         **dag_params.dry_run_param(),
     },
     user_defined_macros=dag_support.macros(PROJECT_ROOT),

@@ -15,7 +15,8 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    source positions, resume from what the target holds), mode `geo` enables Pulsar's geo-replication
    with the older backlog included and waits for it to drain. Both read the target back, compare
    counts and content hashes per partition, and append the position map (`RUN_DIR/position_map/`)
-   that progress sync translates cursors with.
+   that progress sync translates cursors with. *Copy rate limit (MB/s)* caps the copy's source reads over all
+   partitions, to spare a source that serves production traffic meanwhile.
 4. **sync_progress** (spark-submit) gives every durable subscription on the target exactly the
    acknowledged set it has on the source: markDeletePosition *and* every individually acknowledged
    message, translated entry by entry through the position map (a Spark join), applied by a cursor
@@ -93,6 +94,7 @@ with DAG(
                                               "where each landed. geo: Pulsar's own geo-replication is enabled on "
                                               "the namespaces (older messages included) and drained; it needs "
                                               "the brokers to reach each other."),
+        **dag_params.rate_cap_param(),
         **dag_params.lookup_param(
             "Airflow connection id of the lookup service the tenant's clients use as their service URL "
             "(host/port/schema = its URL, password = its admin token); switch_lookup flips the tenant's route there."),

@@ -191,6 +191,16 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                     "default": COPY_MAX_IN_FLIGHT_DEFAULT,
                     "description": "Copy mode: messages sent to a target partition and not yet acknowledged.",
                 },
+                "copy_max_mb_per_s": {
+                    "title": "Copy rate limit (MB/s)",
+                    "type": ["number", "null"],
+                    "exclusiveMinimum": 0,
+                    "default": None,
+                    "description": "Copy mode and backfills: the most source payload the run reads per second, in "
+                                   "MB (10^6 bytes), over all its partitions; null = as fast as it goes. Not "
+                                   "applied to the cutover's deltas (they hold the tenant's clients). Geo mode is "
+                                   "capped by Pulsar's own replicator dispatch rate instead.",
+                },
                 "delayed_delivery_horizon_s": {
                     "title": "Delayed-delivery horizon (s)",
                     "type": "integer",
@@ -403,6 +413,12 @@ class MigrationSpec:
         return int(self.options.get("copy_max_in_flight", COPY_MAX_IN_FLIGHT_DEFAULT))
 
     @property
+    def copy_max_bytes_per_s(self) -> float | None:
+        """The run's cap on source payload bytes read per second (options.copy_max_mb_per_s); None: no cap."""
+        mb = self.options.get("copy_max_mb_per_s")
+        return float(mb) * 1e6 if mb is not None else None
+
+    @property
     def delayed_delivery_horizon_s(self) -> int:
         return int(self.options.get("delayed_delivery_horizon_s", -1))
 
@@ -478,6 +494,8 @@ class MigrationSpec:
             "include": list(topics.get("include", [".*"])),
             "exclude": list(topics.get("exclude", [])),
             "lookup_url": lookup.get("url"),
+            "replication_mode": (d.get("replication") or {}).get("mode", "copy"),
+            "options": d.get("options") or {},
         }
         _check_semantics(spec_fields)
         return cls(
@@ -487,7 +505,7 @@ class MigrationSpec:
             clusters=clusters,
             namespaces=spec_fields["namespaces"],
             topics=TopicFilter.of(spec_fields["include"], spec_fields["exclude"]),
-            replication_mode=(d.get("replication") or {}).get("mode", "copy"),
+            replication_mode=spec_fields["replication_mode"],
             lookup_url=lookup.get("url"),
             lookup_token_env=lookup.get("token_env"),
             options=dict(d.get("options") or {}),
@@ -620,6 +638,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
             return f"spec: {where} must be between {low} and {high}, got {error.instance!r}"
         bound = f"at least {low}" if kind == "minimum" else f"at most {high}"
         return f"spec: {where} must be {bound}, got {error.instance!r}"
+    if kind == "exclusiveMinimum":
+        return f"spec: {where} must be above {error.validator_value}, got {error.instance!r}"
     if kind == "minLength":
         return f"spec: {where} must not be empty"
     if kind == "minItems" and where == "namespaces":
@@ -644,6 +664,9 @@ def _check_semantics(s: dict[str, Any]) -> None:
             raise SpecError(f"spec: clusters.{name}.tls.key_file is set but cert_file is not")
     if s["lookup_url"] is not None:
         _check_url("lookup.url", s["lookup_url"], ("http", "https"))
+    if s["replication_mode"] == "geo" and s["options"].get("copy_max_mb_per_s") is not None:
+        raise SpecError("spec: options.copy_max_mb_per_s caps copy mode only; cap geo-replication with the source "
+                        "namespaces' replicator dispatch rate (pulsar-admin namespaces set-replicator-dispatch-rate)")
     for kind in ("include", "exclude"):
         for i, pattern in enumerate(s[kind]):
             try:

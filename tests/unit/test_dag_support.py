@@ -51,6 +51,14 @@ def test_spec_document_maps_params_and_connections() -> None:
     assert "s3cret-token" not in json.dumps(doc)
 
 
+def test_the_rate_cap_reaches_the_spec_in_bytes() -> None:
+    doc = spec_document({**PARAMS, "copy_max_mb_per_s": 12.5}, A, B)
+    assert doc["options"]["copy_max_mb_per_s"] == 12.5
+    assert MigrationSpec.from_dict(doc).copy_max_bytes_per_s == 12_500_000
+    assert MigrationSpec.from_dict(spec_document({**PARAMS, "copy_max_mb_per_s": None}, A, B)).copy_max_bytes_per_s \
+        is None
+
+
 def test_a_connection_may_name_the_broker_listener() -> None:
     behind_nat = Conn("pulsar_cluster_b", port=8082, extra_dejson={
         "cluster_name": "cluster-b", "service_url": "pulsar://gw.example.com:16652", "listener_name": "external"})
@@ -80,6 +88,8 @@ def test_spec_document_takes_the_lookup_service_from_its_connection_without_the_
     ({"tenant": "acme", "topics_exclude": ["("]}, (A, B), "spec: topics.exclude[0] is not a valid regex"),
     ({"tenant": "acme/x"}, (A, B), "spec: tenant 'acme/x' is not a valid Pulsar name"),
     ({"tenant": "acme"}, (A, Conn("bare", extra_dejson={})), "extra.service_url"),
+    ({"tenant": "acme", "replication_mode": "geo", "copy_max_mb_per_s": 20}, (A, B),
+     "spec: options.copy_max_mb_per_s caps copy mode only"),
 ])
 def test_spec_document_rejects_bad_combinations_in_one_line(params: dict[str, Any], conns: tuple[Conn, Conn],
                                                             message: str) -> None:

@@ -137,6 +137,12 @@ BAD_INPUTS: list[tuple[str, Mutation, str]] = [
      "spec: options.admin_concurrency must be between 1 and 64, got 0"),
     ("admin_concurrency too high", _set("options/admin_concurrency", 65),
      "spec: options.admin_concurrency must be between 1 and 64, got 65"),
+    ("rate cap of 0", _set("options/copy_max_mb_per_s", 0), "spec: options.copy_max_mb_per_s must be above 0, got 0"),
+    ("rate cap as text", _set("options/copy_max_mb_per_s", "50"),
+     "spec: options.copy_max_mb_per_s must be number or null, got string"),
+    ("rate cap in geo mode", lambda d: (_set("options/copy_max_mb_per_s", 50)(d), _set("replication/mode", "geo")(d)),
+     "spec: options.copy_max_mb_per_s caps copy mode only; cap geo-replication with the source namespaces' "
+     "replicator dispatch rate (pulsar-admin namespaces set-replicator-dispatch-rate)"),
 ]
 
 
@@ -160,7 +166,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
                              "delayed_delivery_horizon_s", "copy_engine", "geo_timeout_s", "backfill_sink",
-                             "archive_path", "backfill_state_dir"}
+                             "archive_path", "backfill_state_dir", "copy_max_mb_per_s"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}
@@ -168,7 +174,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     assert (spec.proceed_on_conflict, spec.admin_concurrency) == (declared["proceed_on_conflict"]["default"],
                                                                  declared["admin_concurrency"]["default"])
     assert spec.admin_concurrency == 8
-    assert (spec.backfill_sink, spec.archive_path) == ("pulsar", None)
+    assert (spec.backfill_sink, spec.archive_path, spec.copy_max_bytes_per_s) == ("pulsar", None, None)
     for value in (1, 16, 64):
         spec_dict["options"] = {"proceed_on_conflict": True, "admin_concurrency": value}
         spec = MigrationSpec.from_dict(spec_dict)

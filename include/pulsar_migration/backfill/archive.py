@@ -17,6 +17,7 @@ from pulsar_migration.backfill.window import Window, WindowRange
 from pulsar_migration.replication.content import schema_version_of
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.throttle import byte_rate, share
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -63,11 +64,13 @@ def digest_column() -> Column:
     return F.sha2(F.concat_ws("\u0001", *parts), 256)
 
 
-def read_window_rows(spec: MigrationSpec, window: Window) -> Any:
-    """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order."""
+def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float | None = None) -> Any:
+    """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order, at most
+    `max_bytes_per_s` of payload per task (its part of options.copy_max_mb_per_s)."""
     from datetime import UTC, datetime
 
     def rows(ranges: Iterable[WindowRange]) -> Iterator[tuple[Any, ...]]:
+        throttle = byte_rate(max_bytes_per_s)
         client = spec.source_cluster.pulsar_client()
         try:
             for wr in ranges:
@@ -77,9 +80,12 @@ def read_window_rows(spec: MigrationSpec, window: Window) -> Any:
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first):
                     published = int(message.publish_timestamp())
                     version = schema_version_of(message)
+                    payload = bytes(message.data())
+                    if throttle is not None:
+                        throttle.take(len(payload))
                     yield (spec.tenant, namespace, topic, wr.partition, info.ledger, info.entry, info.batch_index,
                            published, int(message.event_timestamp() or 0), message.partition_key() or None,
-                           dict(sorted(message.properties().items())), bytes(message.data()),
+                           dict(sorted(message.properties().items())), payload,
                            message.producer_name() or None, version,
                            datetime.fromtimestamp(published / 1000, UTC).strftime("%Y-%m-%d"), window.label)
         finally:
@@ -94,8 +100,9 @@ def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, range
     the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""
     from pulsar_migration.replication.step import task_groups
 
-    groups = task_groups([wr for wr in ranges if not wr.empty], spark.sparkContext.defaultParallelism)
-    read = read_window_rows(spec, window)
+    slots = spark.sparkContext.defaultParallelism
+    groups = task_groups([wr for wr in ranges if not wr.empty], slots)
+    read = read_window_rows(spec, window, share(spec.copy_max_bytes_per_s, min(len(groups), slots)))
     rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
            .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())

@@ -138,6 +138,7 @@ class EngineResult:
     read_wait_s: float = 0.0  # of which its copy thread waited for the source, then for the target's receipts
     send_wait_s: float = 0.0
     read_back_wait_s: float = 0.0  # the copy held back for its read-back to keep up (reads from the broker's cache)
+    throttle_wait_s: float = 0.0  # the copy held back by the run's rate cap (options.copy_max_mb_per_s)
     scan: EngineScan | None = None  # None: not asked for, or left to the Python path
 
     @classmethod
@@ -147,13 +148,14 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
-                   "scan")
+                   "throttle_wait_s", "scan")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
                    copy_s=data.get("copy_ms", 0) / 1000, read_wait_s=data.get("read_wait_ms", 0) / 1000,
                    send_wait_s=data.get("send_wait_ms", 0) / 1000,
                    read_back_wait_s=data.get("read_back_wait_ms", 0) / 1000,
+                   throttle_wait_s=data.get("throttle_wait_ms", 0) / 1000,
                    scan=EngineScan.parse(data["scan"]) if data.get("scan") else None)
 
 
@@ -442,7 +444,8 @@ class EngineProcess:
     results. `run_round` does the same and keeps the process for more rounds (the cutover's catch-up rounds and
     final delta in one warm JVM) until `close`. Secrets reach it through its environment, never its arguments."""
 
-    def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16) -> None:
+    def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16,
+                 max_bytes_per_s: float | None = None) -> None:
         lib = pulsar_lib()
         if lib is None:
             raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
@@ -451,6 +454,8 @@ class EngineProcess:
         settings = {"source_name": source.name, "target_name": target.name, "source": source.to_dict(),
                     "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
                     "threads": threads}
+        if max_bytes_per_s:  # this process's part of the run's cap (throttle.share), over all its partitions
+            settings["max_bytes_per_s"] = max_bytes_per_s
         env = dict(os.environ)
         for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
             env.pop(name, None)

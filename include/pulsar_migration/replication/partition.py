@@ -45,6 +45,7 @@ from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
 from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.throttle import ByteRate, byte_rate
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class PartitionOutcome:
     verified_by: str | None = None  # java (the engine's read-back of the target) or python
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
+    throttled_s: float = 0.0  # of copy_s, held back by the run's rate cap (options.copy_max_mb_per_s)
     verify_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -418,6 +420,7 @@ class PartitionTask:
     src_client: Any
     tgt_client: Any
     spec: MigrationSpec | None = None
+    throttle: ByteRate | None = None  # the copier's part of the run's rate cap, shared by its partitions
     # Source messages to send under a producer name of their own (IncompleteMessage.resend_suffix).
     resend_suffixes: dict[Position, str] = field(default_factory=dict)
 
@@ -454,8 +457,8 @@ class SharedClients:
 
 
 def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[PartitionTask], list[MapRow]],
-                  expected: tuple[type[Exception], ...],
-                  shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+                  expected: tuple[type[Exception], ...], shared: SharedClients | None = None,
+                  throttle: ByteRate | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """The frame of every partition task (copy or geo): opens the clients (unless `shared` are given), runs
     `body` (which returns the map rows), turns failures into the outcome (an `expected` error is its own line),
     closes what it opened. Never raises; rows are returned only for a partition that verified."""
@@ -467,7 +470,7 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
     rows: list[MapRow] = []
     try:
         rows = body(PartitionTask(job, outcome, clients.src_admin, clients.tgt_admin, clients.src_client,
-                                  clients.tgt_client, spec))
+                                  clients.tgt_client, spec, throttle))
     except expected as exc:
         outcome.fail(str(exc))
     except Exception as exc:  # one line per partition; the driver turns them into the step's error
@@ -480,12 +483,12 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
 
 
 def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
-                   delivery_horizon_s: int,
-                   shared: SharedClients | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+                   delivery_horizon_s: int, shared: SharedClients | None = None,
+                   throttle: ByteRate | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """Copies one partition (unless the engine did: `job.engine`) and verifies it; never raises (failures are in
-    the outcome)."""
+    the outcome). `throttle`: the copier's part of the run's rate cap."""
     return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
-                         (ReadError, SendError, PositionError), shared)
+                         (ReadError, SendError, PositionError), shared, throttle)
 
 
 def unchanged_since_map(task: PartitionTask) -> bool:
@@ -663,14 +666,15 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
 
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
                  clients: SharedClients | None = None, rows_dir: str | None = None,
-                 process: EngineProcess | None = None, prepare_threads: int = 16) -> list[PartitionJob]:
+                 process: EngineProcess | None = None, prepare_threads: int = 16,
+                 max_bytes_per_s: float | None = None) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out. With
     `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises. `clients`: opened by
     the caller (else here); `process`: the caller's, kept for its next round (the cutover's: one warm JVM for its
     catch-up rounds and final delta), else one started here for this phase; `prepare_threads`: partitions whose
-    resume point is read at once."""
+    resume point is read at once; `max_bytes_per_s`: the started process's part of the run's rate cap."""
     started = time.monotonic()
     shared_process = process is not None
     if process is not None and not process.alive():
@@ -678,7 +682,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         return jobs
     try:
         if process is None:
-            process = EngineProcess(spec, max_in_flight)  # its JVM starts while the resume points are read
+            # Its JVM starts while the resume points are read.
+            process = EngineProcess(spec, max_in_flight, max_bytes_per_s=max_bytes_per_s)
     except Exception:  # e.g. the engine does not build: the Python path copies, one line per failure
         log.warning("copy engine phase skipped", exc_info=True)
         return jobs
@@ -739,7 +744,7 @@ ENGINE_JUDGE_THREADS = 8
 
 
 def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
-                 run_dir: str) -> Iterator[tuple[str, Any]]:
+                 run_dir: str, max_bytes_per_s: float | None = None) -> Iterator[tuple[str, Any]]:
     """A group of partitions through one engine process, inside one Spark task, to the end: copied, read back
     and judged. Yields (ENGINE_DONE, (outcome, rows)) for each partition the engine took and (ENGINE_LEFT, job) for
     the others (unchanged since the map, large messages under auto, the engine unavailable): the caller runs
@@ -757,15 +762,17 @@ def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                 yield ENGINE_LEFT, job
             return
         try:
-            done = engine_phase(spec, jobs, max_in_flight, clients, rows_dir)
+            done = engine_phase(spec, jobs, max_in_flight, clients, rows_dir, max_bytes_per_s=max_bytes_per_s)
             for job in done:
                 if job.engine is None:
                     yield ENGINE_LEFT, job
             active = clients
+            throttle = byte_rate(max_bytes_per_s)  # for what the engine leaves (chunked, encrypted entries)
 
             def judge(job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
                 outcome, rows = copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
-                                               delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=active)
+                                               delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=active,
+                                               throttle=throttle)
                 if outcome.status == OK and outcome.verified_by == "java":
                     rows = engine_rows_to_map(run_dir, job, outcome)
                 return outcome, rows
@@ -806,9 +813,10 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
         raise SendError(done.result)
     result = done.result
     outcome.copy_engine = "java"
+    outcome.throttled_s = result.throttle_wait_s
     outcome.engine_times = {**done.process, "process_s": done.copy_s, "partition_copy_s": result.copy_s,
                             "read_wait_s": result.read_wait_s, "send_wait_s": result.send_wait_s,
-                            "read_back_wait_s": result.read_back_wait_s,
+                            "read_back_wait_s": result.read_back_wait_s, "throttle_wait_s": result.throttle_wait_s,
                             "partition_scan_s": result.scan.scan_s if result.scan else None,
                             "partition_scan_busy_s": result.scan.busy_s if result.scan else None}
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
@@ -874,6 +882,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
                 source_hash.add(message, new_entry=info.batch_index <= 0)
+                if task.throttle is not None and not dry_run:  # every source byte read, as the engine counts
+                    outcome.throttled_s += task.throttle.take(message._message.length())
                 if resume_after is not None and info.position <= resume_after:
                     skipped += 1
                     continue

@@ -38,6 +38,7 @@ from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
+from pulsar_migration.throttle import ByteRate, byte_rate, share
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ Bound = Callable[[str], "tuple[Position, Position | None] | None"]
 
 def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Literal["auto"] = False,
         bound: Bound | None = None, snapshot: FenceSnapshot | None = None,
-        engine_process: EngineProcess | None = None) -> None:
+        engine_process: EngineProcess | None = None, throttled: bool = True) -> None:
     """The step body; `keep_identity` (the cutover's final delta, copy mode) keeps source producer names and
     sequence ids on the copies (see replication.sending). `in_driver` (the cutover's small deltas, a local run
     dir) runs the partitions in driver threads and appends the map with pyarrow: no Spark job, whose fixed
@@ -79,7 +80,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     range and says where a partition new to the map starts. `snapshot` (the cutover's final delta) gives each
     partition's bound, the target's last entry and its deduplication state as read right after the fence:
     the source is quiet then, and nothing else writes the target. `engine_process`: the cutover's copy engine,
-    started before its catch-up, for the driver path's copies (the caller closes it)."""
+    started before its catch-up, for the driver path's copies (the caller closes it). `throttled`: the Spark
+    path's copies keep to the spec's rate cap (options.copy_max_mb_per_s); the cutover's deltas do not."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
@@ -131,8 +133,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         started = time.monotonic()
         report.details["copy_engine"] = ("java" if use_engine else "python") if spec.replication_mode == "copy" \
             else None
+        cap = spec.copy_max_bytes_per_s if throttled and spec.replication_mode == "copy" else None
+        if cap is not None and not in_driver:
+            report.details.setdefault("throttle", {})["max_mb_per_s"] = cap / 1e6
         outcomes = (replicate_in_driver(ctx, jobs, use_engine, engine_process) if in_driver
-                    else replicate(ctx, jobs, use_engine))
+                    else replicate(ctx, jobs, use_engine, cap))
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         if not ctx.dry_run and snapshot is None:  # not inside the cutover's hold: the next delta reads it there
             report.details["position_map_compaction"] = posmap.compact_local(ctx.run_dir)
@@ -335,42 +340,49 @@ def task_groups(jobs: list[Job], slots: int) -> list[list[Job]]:
     return [jobs[i::tasks] for i in range(tasks)]
 
 
-def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None) -> Any:
+def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None,
+                    max_bytes_per_s: float | None = None) -> Any:
+    """The Python path's task body; `max_bytes_per_s`: each task's part of the run's rate cap, shared by its
+    partitions."""
     mode = spec.replication_mode
 
-    def one(job: PartitionJob, clients: SharedClients | None) -> tuple[PartitionOutcome, list[Any]]:
+    def one(job: PartitionJob, clients: SharedClients | None,
+            throttle: ByteRate | None) -> tuple[PartitionOutcome, list[Any]]:
         if mode == "geo" and not dry_run:
             from pulsar_migration.replication import geo
 
             return geo.verify_partition(spec, job, clients)
         return copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
-                              delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients)
+                              delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients, throttle=throttle)
 
     def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
         batch = list(jobs)
+        throttle = byte_rate(max_bytes_per_s)
         if shared is not None or len(batch) <= 1:
             for job in batch:
-                yield one(job, shared)
+                yield one(job, shared, throttle)
             return
         try:
             clients = SharedClients.open(spec)
         except Exception:  # e.g. a cluster unreachable: each partition opens its own and says so in one line
             log.warning("shared clients for %d partitions failed", len(batch), exc_info=True)
             for job in batch:
-                yield one(job, None)
+                yield one(job, None, throttle)
             return
         try:
             with ThreadPoolExecutor(min(PYTHON_TASK_THREADS, len(batch))) as pool:
-                yield from pool.map(lambda job: one(job, clients), batch)
+                yield from pool.map(lambda job: one(job, clients, throttle), batch)
         finally:
             clients.close()
 
     return run_jobs
 
 
-def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False) -> list[PartitionOutcome]:
+def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False,
+              max_bytes_per_s: float | None = None) -> list[PartitionOutcome]:
     """Runs every job in Spark tasks (one partition per task, or groups of partitions through the Java engine),
-    appends the verified partitions' map rows."""
+    appends the verified partitions' map rows. `max_bytes_per_s`: the run's rate cap, split evenly over the
+    engine processes, then over the Python path's tasks that run at once."""
     from pyspark import StorageLevel
 
     spark = ctx.spark
@@ -378,14 +390,18 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     finished = None
     if use_engine:
         started = time.monotonic()
-        finished, jobs = copy_through_engine(ctx, jobs)
+        finished, jobs = copy_through_engine(ctx, jobs, max_bytes_per_s)
         if finished is not None:
             persisted.append(finished)
         ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
     results = None
     if jobs:
-        groups = task_groups(jobs, spark.sparkContext.defaultParallelism)
-        task = _partition_task(ctx.spec, ctx.dry_run)
+        slots = spark.sparkContext.defaultParallelism
+        groups = task_groups(jobs, slots)
+        part = share(max_bytes_per_s, min(len(groups), slots))
+        if part is not None and not ctx.dry_run:
+            ctx.report.details.setdefault("throttle", {})["python_task_mb_per_s"] = round(part / 1e6, 3)
+        task = _partition_task(ctx.spec, ctx.dry_run, max_bytes_per_s=part)
         results = (spark.sparkContext.parallelize(groups, len(groups))
                    .mapPartitions(lambda tasks: task(job for group in tasks for job in group))
                    .persist(StorageLevel.MEMORY_AND_DISK))
@@ -419,7 +435,8 @@ def engine_processes(partitions: int, slots: int) -> int:
     return max(1, min(-(-partitions // ENGINE_PARTITIONS_PER_PROCESS), slots))
 
 
-def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> tuple[Any, list[PartitionJob]]:
+def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob],
+                        max_bytes_per_s: float | None = None) -> tuple[Any, list[PartitionJob]]:
     """Every partition the engine takes, copied, read back and judged in Java engine processes
     (partition.engine_group), as a Spark job of one task per group of partitions. Returns the persisted RDD of
     the groups' yields (its ENGINE_DONE items are (outcome, rows)) and the jobs left to the Python path's
@@ -432,9 +449,12 @@ def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob]) -> tuple[Any
         return None, jobs
     groups = engine_processes(len(eligible), ctx.spark.sparkContext.defaultParallelism)
     max_in_flight, run_dir = spec.copy_max_in_flight, ctx.run_dir
+    part = share(max_bytes_per_s, groups)  # engine processes never outnumber the slots: all run at once
+    if part is not None:
+        ctx.report.details.setdefault("throttle", {})["engine_process_mb_per_s"] = round(part / 1e6, 3)
 
     def run_group(group: Iterator[PartitionJob]) -> Iterator[tuple[str, Any]]:
-        yield from engine_group(spec, list(group), max_in_flight, run_dir)
+        yield from engine_group(spec, list(group), max_in_flight, run_dir, max_bytes_per_s=part)
 
     staged = (ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group)
               .persist(StorageLevel.MEMORY_AND_DISK))
@@ -493,6 +513,8 @@ def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: flo
     # details.copy_engine is the path chosen; this is what ran, by partitions that copied something.
     report.details["copy_engines_ran"] = dict(sorted(Counter(
         o.copy_engine for o in outcomes if o.copied_messages and o.copy_engine).items()))
+    if "throttle" in report.details:  # the partitions' copies held back by the cap, summed
+        report.details["throttle"]["held_back_s"] = round(sum(o.throttled_s for o in outcomes), 3)
     report.details["msgs_per_s"] = round(report.counts["copied_messages"] / elapsed_s, 1) if elapsed_s else None
     report.details["mb_per_s"] = round(report.counts["copied_bytes"] / elapsed_s / 1e6, 3) if elapsed_s else None
     if not ctx.dry_run:

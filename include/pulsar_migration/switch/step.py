@@ -326,8 +326,9 @@ def sub_step(ctx: StepContext, step: str, *, keep_identity: bool = True, in_driv
                       args=argparse.Namespace(markdelete_only=False), report=report, _lazy_spark=ctx._lazy_spark)
     try:
         if step == "replicate_topics":
+            # Not capped by copy_max_mb_per_s: the cutover's deltas are small, and the final one holds clients.
             replication_run(sub, keep_identity=keep_identity, in_driver=in_driver, snapshot=snapshot,
-                            engine_process=engine_process)
+                            engine_process=engine_process, throttled=False)
         else:
             progress_run(sub, in_driver=bool(in_driver), snapshot=snapshot)
         report.finish("ok")

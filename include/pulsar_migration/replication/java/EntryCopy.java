@@ -101,6 +101,41 @@ public final class EntryCopy {
     static final ObjectMapper JSON = new ObjectMapper();
     static final byte[] EMPTY = new byte[0];
 
+    /**
+     * The run's rate cap as this process's part of it (pulsar_migration.throttle, the same rule): source payload
+     * bytes per second over every partition the process copies. take() reserves and parks until they are due.
+     */
+    static final class ByteRate {
+        final double bytesPerNano;
+        final double capacity;
+        double tokens;
+        long last = System.nanoTime();
+
+        ByteRate(double bytesPerSecond) {
+            this.bytesPerNano = bytesPerSecond / 1e9;
+            this.capacity = bytesPerSecond * 0.2;  // throttle.BURST_S
+            this.tokens = capacity;
+        }
+
+        /** Reserves `bytes`; returns the nanoseconds the caller parked. */
+        long take(long bytes) {
+            long wait;
+            synchronized (this) {
+                long now = System.nanoTime();
+                tokens = Math.min(capacity, tokens + (now - last) * bytesPerNano) - bytes;
+                last = now;
+                wait = tokens < 0 ? (long) (-tokens / bytesPerNano) : 0;
+            }
+            long until = System.nanoTime() + wait;
+            for (long left = wait; left > 0; left = until - System.nanoTime()) {
+                java.util.concurrent.locks.LockSupport.parkNanos(left);
+            }
+            return wait;
+        }
+    }
+
+    static volatile ByteRate rate;  // null: no cap (set from line 1's max_bytes_per_s)
+
     /** A source entry as the broker sent it. */
     record Raw(long ledger, long entry, ByteBuf data, ClientCnx cnx, int messages) {}
 
@@ -484,6 +519,7 @@ public final class EntryCopy {
     long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
     long sendWaitNanos;
     long readBackWaitNanos;  // the copy held back for its read-back (keepReadBackClose)
+    long throttleWaitNanos;  // the copy held back by the rate cap (ByteRate)
     final long[] sentAt = new long[SENT_TIMES];  // System.nanoTime() of the n-th entry sent, at n % SENT_TIMES
     final long[] sentUpTo = new long[SENT_TIMES];  // bytes sent up to the n-th entry (its own included), likewise
     long sentBytes;
@@ -579,6 +615,7 @@ public final class EntryCopy {
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
         result.put("send_wait_ms", sendWaitNanos / 1_000_000);
         result.put("read_back_wait_ms", readBackWaitNanos / 1_000_000);
+        result.put("throttle_wait_ms", throttleWaitNanos / 1_000_000);
         if (scanned != null) {
             scanned.put("scan_ms", (verified - done) / 1_000_000);  // what the read-back added after the copy
             scanned.put("scan_busy_ms", scan.busyNanos / 1_000_000);
@@ -898,6 +935,10 @@ public final class EntryCopy {
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                 body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
             }
+        }
+        ByteRate cap = rate;
+        if (cap != null) {  // every source byte read counts, copied or found on the target already
+            throttleWaitNanos += cap.take(source.bytes - bytesBefore);
         }
         if (!sendIt) {
             skippedMessages += count;
@@ -1447,7 +1488,7 @@ public final class EntryCopy {
 
     /**
      * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
-     * "receiver_queue", "threads"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
+     * "receiver_queue", "threads", optional "max_bytes_per_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
      * ...] (a job's receiver_queue, in messages, overrides the common one). Every job
      * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
      * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
@@ -1461,6 +1502,8 @@ public final class EntryCopy {
             // Line 1: the clusters and settings; line 2: the jobs. The clients are built in between, while the
             // caller still reads each partition's resume point from the target.
             JsonNode common = JSON.readTree(input.readLine());
+            double maxBytesPerSecond = common.path("max_bytes_per_s").asDouble(0);
+            rate = maxBytesPerSecond > 0 ? new ByteRate(maxBytesPerSecond) : null;
             // The clients are not closed: their graceful shutdown takes seconds, and main() halts once every
             // result is out (every send was acknowledged by then).
             PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
