@@ -18,6 +18,7 @@ from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.backfill.step import BACKFILL_STEP, RESTORE_STEP, add_window_args, run_backfill, run_restore
 from pulsar_migration.stepjob import run_step
+from pulsar_migration.throttle import BURST_S
 
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, drain
@@ -155,6 +156,28 @@ def test_windows_to_the_archive_and_back_exactly_once(
     assert len(held) == len(set(held)) and set(held) == payloads[1]
     events = [m["data"] for m in drain(cluster_b, f"persistent://{tenant}/ns/events")]
     assert events == [f"ns/events|b1|m{i}".encode() for i in range(PER_BATCH)]
+
+
+def test_a_capped_window_reads_the_source_no_faster_than_the_cap(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
+) -> None:
+    tenant = unique("it-bf-cap")
+    edges, payloads = seed(admin_a, cluster_a, tenant, batches=1)
+    cap_mb = 0.0002  # 200 bytes a second: the window's ~400 bytes of payload take at least 1.6 s
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                      options={"backfill_sink": "parquet", "archive_path": str(tmp_path / "archive"),
+                               "copy_max_mb_per_s": cap_mb})
+    assert backfill(spec, tmp_path / "w0", edges, 0) == 0
+    done = step_report(tmp_path / "w0", BACKFILL_STEP)
+    assert done["counts"]["archived_messages"] == PER_BATCH * 2
+    assert done["details"]["throttle"]["max_mb_per_s"] == cap_mb
+    payload = sum(len(p) for p in payloads[0])
+    # Every reading task may take one burst at once (two tasks on the test session's one slot, one after another).
+    least_s = (payload - 2 * BURST_S * cap_mb * 1e6) / (cap_mb * 1e6)
+    assert done["details"]["read_s"] >= least_s > 1, (done["details"]["read_s"], least_s, payload)
+    # The reads themselves were held back (the read's Spark job alone takes seconds in a fresh session: 4.7 s
+    # uncapped here, so read_s alone would not tell).
+    assert done["details"]["throttle"]["held_back_s"] >= 0.5 * least_s, done["details"]["throttle"]
 
 
 @pytest.mark.parametrize("case", ["end-before-start", "no-archive-path"])

@@ -64,9 +64,11 @@ def digest_column() -> Column:
     return F.sha2(F.concat_ws("\u0001", *parts), 256)
 
 
-def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float | None = None) -> Any:
+def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float | None = None,
+                     held_back: Any = None) -> Any:
     """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order, at most
-    `max_bytes_per_s` of payload per task (its part of options.copy_max_mb_per_s)."""
+    `max_bytes_per_s` of payload per task (its part of options.copy_max_mb_per_s; the seconds it held the reads
+    back are added to the Spark accumulator `held_back`)."""
     from datetime import UTC, datetime
 
     def rows(ranges: Iterable[WindowRange]) -> Iterator[tuple[Any, ...]]:
@@ -82,7 +84,9 @@ def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float
                     version = schema_version_of(message)
                     payload = bytes(message.data())
                     if throttle is not None:
-                        throttle.take(len(payload))
+                        waited = throttle.take(len(payload))
+                        if held_back is not None and waited:
+                            held_back.add(waited)
                     yield (spec.tenant, namespace, topic, wr.partition, info.ledger, info.entry, info.batch_index,
                            published, int(message.event_timestamp() or 0), message.partition_key() or None,
                            dict(sorted(message.properties().items())), payload,
@@ -94,7 +98,8 @@ def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float
     return rows
 
 
-def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, ranges: list[WindowRange]) -> DataFrame:
+def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, ranges: list[WindowRange],
+                 held_back: Any = None) -> DataFrame:
     """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated).
     Partitions are read in a few tasks per Spark slot, each on one client: a task and a client per partition took
     the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""
@@ -102,7 +107,7 @@ def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, range
 
     slots = spark.sparkContext.defaultParallelism
     groups = task_groups([wr for wr in ranges if not wr.empty], slots)
-    read = read_window_rows(spec, window, share(spec.copy_max_bytes_per_s, min(len(groups), slots)))
+    read = read_window_rows(spec, window, share(spec.copy_max_bytes_per_s, min(len(groups), slots)), held_back)
     rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
            .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())

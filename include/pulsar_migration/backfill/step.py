@@ -118,11 +118,15 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> 
         raise BadInput("backfill_sink 'parquet' needs options.archive_path")
     ctx.report.details["archive"] = archive
     spark = ctx.spark
+    held_back = spark.sparkContext.accumulator(0.0)  # seconds the rate cap held the reads back, over the tasks
     started = time.monotonic()
-    frame = arch.window_frame(spark, ctx.spec, window, ranges).persist(StorageLevel.MEMORY_AND_DISK)
+    frame = arch.window_frame(spark, ctx.spec, window, ranges, held_back).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         source = arch.partition_totals(frame)
         ctx.report.details["read_s"] = round(time.monotonic() - started, 3)
+        if ctx.spec.copy_max_bytes_per_s is not None:  # the reads kept to it (archive.read_window_rows)
+            ctx.report.details["throttle"] = {"max_mb_per_s": ctx.spec.copy_max_bytes_per_s / 1e6,
+                                              "held_back_s": round(held_back.value, 3)}
         ctx.report.counts["source_messages"] = sum(t["rows"] for t in source.values())
         _check_complete(ranges, source)
         if ctx.dry_run:
