@@ -43,6 +43,7 @@ ADMIN_CONCURRENCY_DEFAULT = 8
 ADMIN_CONCURRENCY_MAX = 64
 COPY_MAX_IN_FLIGHT_DEFAULT = 5000
 GEO_TIMEOUT_DEFAULT_S = 600
+PROGRESS_INTERVAL_DEFAULT_S = 30
 
 _NAME_RULE = "letters, digits and - = : . _ only"
 _NULLABLE_PATH = {"type": ["string", "null"], "minLength": 1, "default": None}
@@ -200,6 +201,15 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                    "MB (10^6 bytes), over all its partitions; null = as fast as it goes. Not "
                                    "applied to the cutover's deltas (they hold the tenant's clients). Geo mode is "
                                    "capped by Pulsar's own replicator dispatch rate instead.",
+                },
+                "progress_interval_s": {
+                    "title": "Progress log interval (s)",
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 3600,
+                    "default": PROGRESS_INTERVAL_DEFAULT_S,
+                    "description": "Copy mode and backfills: how often a running copy logs what it has copied so "
+                                   "far (each engine process, each partition on the Python path).",
                 },
                 "delayed_delivery_horizon_s": {
                     "title": "Delayed-delivery horizon (s)",
@@ -411,6 +421,11 @@ class MigrationSpec:
     @property
     def copy_max_in_flight(self) -> int:
         return int(self.options.get("copy_max_in_flight", COPY_MAX_IN_FLIGHT_DEFAULT))
+
+    @property
+    def progress_interval_s(self) -> int:
+        """Seconds between a running copy's progress lines (options.progress_interval_s)."""
+        return int(self.options.get("progress_interval_s", PROGRESS_INTERVAL_DEFAULT_S))
 
     @property
     def copy_max_bytes_per_s(self) -> float | None:

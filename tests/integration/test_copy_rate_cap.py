@@ -4,13 +4,19 @@ then a plain reader of the target)."""
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import pulsar
+import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.positions import Position
+from pulsar_migration.replication import engine
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 from pulsar_migration.throttle import BURST_S
 from pyspark.sql import SparkSession
@@ -95,3 +101,35 @@ def test_the_python_path_keeps_to_the_cap_and_a_rerun_copies_nothing(
     spec = tmp_path / "spec.json"
     assert step(spec, tmp_path) == 0
     assert report(tmp_path)["counts"]["copied_messages"] == 0
+
+
+def test_an_engine_process_alone_keeps_to_its_part_and_logs_its_progress(
+        cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The engine's own bucket, without Spark: one process given 1 MB/s copies 3 MB of one partition in no less
+    than 2.8 s, exactly, and says how far it got every second (options.progress_interval_s)."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-cap-engine"))
+    topic = f"persistent://{tenant}/ns/capped"
+    c = client(cluster_a)
+    try:
+        produce(c, topic, 3000)
+    finally:
+        c.close()
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"progress_interval_s": 1})
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+    spec = MigrationSpec.load(str(spec_path))
+    last = admin_a.get(f"{admin_a.topic_path(topic)}/lastMessageId")
+    job = engine.EngineJob(topic, topic, None, None, Position(last["ledgerId"], last["entryId"]),
+                           rows_file=str(tmp_path / "rows"))
+    with caplog.at_level(logging.INFO, logger="pulsar_migration.replication.engine"):
+        results, _ = engine.EngineProcess(spec, spec.copy_max_in_flight, max_bytes_per_s=1e6).run([job])
+    result = results[topic]
+    assert isinstance(result, engine.EngineResult), result
+    assert result.copied_bytes == 3000 * MESSAGE and result.copied_messages == 3000
+    assert result.scan is not None and result.scan.hash == result.source_hash and result.scan.shape_errors == 0
+    assert result.copy_s >= 0.98 * (3000 * MESSAGE - BURST_S * 1e6) / 1e6
+    assert result.throttle_wait_s > 1
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("copy engine progress")]
+    assert len(lines) >= 2, lines
+    copied = [float(re.search(r"entries, ([\d.,]+) MB copied", line).group(1).replace(",", "")) for line in lines]
+    assert copied == sorted(copied) and 0 < copied[-1] <= 3000 * MESSAGE / 1e6, lines

@@ -166,7 +166,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
                              "delayed_delivery_horizon_s", "copy_engine", "geo_timeout_s", "backfill_sink",
-                             "archive_path", "backfill_state_dir", "copy_max_mb_per_s"}
+                             "archive_path", "backfill_state_dir", "copy_max_mb_per_s", "progress_interval_s"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}

@@ -453,7 +453,7 @@ class EngineProcess:
         source, target = spec.source_cluster, spec.target_cluster
         settings = {"source_name": source.name, "target_name": target.name, "source": source.to_dict(),
                     "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
-                    "threads": threads}
+                    "threads": threads, "progress_s": spec.progress_interval_s}
         if max_bytes_per_s:  # this process's part of the run's cap (throttle.share), over all its partitions
             settings["max_bytes_per_s"] = max_bytes_per_s
         env = dict(os.environ)
@@ -515,8 +515,11 @@ class EngineProcess:
             self._process.stdin.flush()
         except (BrokenPipeError, ValueError):  # it died before reading the jobs: its output says why
             pass
+        progress = ProgressLog(len(jobs))
         for out in self._process.stdout:
-            if out.startswith("PM-RESULT "):
+            if out.startswith("PM-PROGRESS "):
+                progress.log(json.loads(out[len("PM-PROGRESS "):]))
+            elif out.startswith("PM-RESULT "):
                 data = json.loads(out[len("PM-RESULT "):])
                 results[data["topic"]] = data["error"] if "error" in data else EngineResult.parse(data)
             elif out.startswith("PM-DONE "):
@@ -554,6 +557,25 @@ class EngineProcess:
         if not self._used and not self._closed:
             self._process.kill()
         self.close()
+
+
+class ProgressLog:
+    """Logs an engine round's progress lines (PM-PROGRESS), with the rate since the line before."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._bytes = 0
+        self._ms = 0
+
+    def log(self, line: dict[str, Any]) -> str:
+        copied, ms = int(line["copied_bytes"]), int(line["elapsed_ms"])
+        rate = (copied - self._bytes) / 1e3 / (ms - self._ms) if ms > self._ms else 0.0
+        self._bytes, self._ms = copied, ms
+        text = (f"copy engine progress after {ms / 1000:.0f}s: {line['ended']} of {self.partitions} partition(s) "
+                f"done, {line['started'] - line['ended']} copying; {line['copied_messages']:,} message(s) in "
+                f"{line['copied_entries']:,} entries, {copied / 1e6:,.1f} MB copied, {rate:.1f} MB/s lately")
+        log.info("%s", text)
+        return text
 
 
 def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,

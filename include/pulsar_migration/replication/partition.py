@@ -44,7 +44,7 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
-from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import ByteRate, byte_rate
 
 log = logging.getLogger(__name__)
@@ -875,12 +875,14 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     # before the bound, the fenced delta's guard asks again where the read ended.
     rest_undeliverable = functools.cache(
         lambda after: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after, job.upper))
+    progress = PartitionProgress(job, task.spec.progress_interval_s if task.spec else PROGRESS_INTERVAL_DEFAULT_S)
     try:
         if job.upper is not None:
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
+                progress.read(message._message.length(), info.position)
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if task.throttle is not None and not dry_run:  # every source byte read, as the engine counts
                     outcome.throttled_s += task.throttle.take(message._message.length())
@@ -912,6 +914,24 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     return Copied(source_hash.messages, source_hash.entries, source_hash.bytes, source_hash.hexdigest,
                   receipts.count, receipts.hexdigest,
                   frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset(), source_last)
+
+
+class PartitionProgress:
+    """The Python path's progress lines for one partition: every `interval_s` while it reads, what it has read."""
+
+    def __init__(self, job: PartitionJob, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.job, self.interval_s, self.clock = job, interval_s, clock
+        self.started = self.last = clock()
+        self.messages = self.bytes = 0
+
+    def read(self, size: int, position: Position) -> None:
+        self.messages += 1
+        self.bytes += size
+        now = self.clock()
+        if now - self.last >= self.interval_s:
+            self.last = now
+            log.info("%s: %s message(s), %.1f MB read from the source in %.0fs, at %s of %s", self.job.topic,
+                     f"{self.messages:,}", self.bytes / 1e6, now - self.started, position, self.job.upper)
 
 
 def judge(outcome: PartitionOutcome, shape_errors: list[str]) -> None:

@@ -509,9 +509,11 @@ public final class EntryCopy {
     final Map<String, Producer<byte[]>> producers = new HashMap<>();
     final SchemaLookup schemas;
     String currentProducer;
+    // Written by the copy thread; read without a lock by the progress reporter (runRound): a line a little behind.
     long copiedMessages;
     long copiedEntries;
     long copiedBytes;
+    volatile boolean ended;  // run() returned or threw
     long skippedMessages;
     long deduplicated;
     long delayed;
@@ -555,6 +557,14 @@ public final class EntryCopy {
     }
 
     ObjectNode run(PulsarClientImpl src, PulsarClientImpl tgt) throws Exception {
+        try {
+            return runCopy(src, tgt);
+        } finally {
+            ended = true;
+        }
+    }
+
+    ObjectNode runCopy(PulsarClientImpl src, PulsarClientImpl tgt) throws Exception {
         long started = System.nanoTime();
         // The read-back of the target runs alongside the copy (its reads cost the target broker little next to
         // the writes) and ends at the target's last entry once every send is acknowledged.
@@ -1488,7 +1498,7 @@ public final class EntryCopy {
 
     /**
      * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
-     * "receiver_queue", "threads", optional "max_bytes_per_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
+     * "receiver_queue", "threads", optional "max_bytes_per_s" and "progress_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
      * ...] (a job's receiver_queue, in messages, overrides the common one). Every job
      * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
      * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
@@ -1568,13 +1578,17 @@ public final class EntryCopy {
         }
         int threads = Math.max(1, Math.min(jobs.size(), common.path("threads").asInt(16)));
         java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+        List<EntryCopy> copies = java.util.Collections.synchronizedList(new ArrayList<>());
+        Thread reporter = progressReporter(common, jobs.size(), copies);
         try {
             List<java.util.concurrent.Future<?>> running = new ArrayList<>();
             for (JsonNode job : jobs) {
                 running.add(pool.submit(() -> {
                     ObjectNode result;
                     try {
-                        result = new EntryCopy(common, job).run(src, tgt);
+                        EntryCopy copy = new EntryCopy(common, job);
+                        copies.add(copy);
+                        result = copy.run(src, tgt);
                     } catch (Throwable e) {
                         e.printStackTrace();  // stderr, for the task's log; the line is what the step reports
                         result = JSON.createObjectNode();
@@ -1589,7 +1603,55 @@ public final class EntryCopy {
             }
         } finally {
             pool.shutdown();
+            if (reporter != null) {
+                reporter.interrupt();
+            }
         }
+    }
+
+    /**
+     * A "PM-PROGRESS {json}" line every `progress_s` of line 1 while the round runs: partitions in the round, ended
+     * and started, and the messages, entries and bytes copied so far (the caller logs it with a rate). None when
+     * the round is not given an interval.
+     */
+    static Thread progressReporter(JsonNode common, int partitions, List<EntryCopy> copies) {
+        long every = (long) (common.path("progress_s").asDouble(0) * 1000);
+        if (every <= 0) {
+            return null;
+        }
+        Thread reporter = new Thread(() -> {
+            long started = System.nanoTime();
+            while (true) {
+                try {
+                    Thread.sleep(every);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                ObjectNode line = JSON.createObjectNode();
+                long messages = 0, entries = 0, bytes = 0;
+                int ended = 0, begun;
+                synchronized (copies) {
+                    begun = copies.size();
+                    for (EntryCopy copy : copies) {
+                        messages += copy.copiedMessages;
+                        entries += copy.copiedEntries;
+                        bytes += copy.copiedBytes;
+                        ended += copy.ended ? 1 : 0;
+                    }
+                }
+                line.put("partitions", partitions);
+                line.put("started", begun);
+                line.put("ended", ended);
+                line.put("copied_messages", messages);
+                line.put("copied_entries", entries);
+                line.put("copied_bytes", bytes);
+                line.put("elapsed_ms", (System.nanoTime() - started) / 1_000_000);
+                emit("PM-PROGRESS ", line);
+            }
+        }, "pm-progress");
+        reporter.setDaemon(true);
+        reporter.start();
+        return reporter;
     }
 
     static synchronized void emit(String prefix, ObjectNode node) {
