@@ -7,6 +7,7 @@ windows bring each batch once, the first window again brings nothing, an archive
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,9 +18,10 @@ from pathlib import Path
 from localdev.airflow_local import venv_bin
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.dag_support import run_dir
 
 from tests.conftest import unique
-from tests.dags.conftest import AirflowTestDb
+from tests.dags.conftest import RUNS_DIR, AirflowTestDb
 from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.replication_helpers import drain
 from tests.integration.test_backfill_window import PER_BATCH, create_topics, iso, seed, target_payloads
@@ -52,8 +54,15 @@ def test_consecutive_windows_then_the_first_again_then_a_scheduled_interval(
     first = backfill({**conf, "window_start": iso(edges[0]), "window_end": iso(edges[1])})
     assert first["verdict"] == "ok" and first["counts"]["copied_messages"] == PER_BATCH * 2
     assert sorted(target_payloads(cluster_b, tenant)) == sorted(payloads[0])
-    second = backfill({**conf, "window_start": iso(edges[1]), "window_end": iso(edges[2])})
+    # With the form's rate cap: it reaches the step through the spec (its report says so).
+    capped_run, states = run_dag(BACKFILL, run_conf={**conf, "window_start": iso(edges[1]),
+                                                     "window_end": iso(edges[2]), "copy_max_mb_per_s": 50})
+    assert capped_run.state == "success", failures(capped_run, states)
+    second = xcom(capped_run, "publish_backfill_window_report")
     assert second["counts"]["copied_messages"] == PER_BATCH * 2
+    step_report = json.loads((Path(run_dir(str(RUNS_DIR), BACKFILL, capped_run.run_id)) / "backfill_window.json")
+                             .read_text())
+    assert step_report["details"]["throttle"]["max_mb_per_s"] == 50
     again = backfill({**conf, "window_start": iso(edges[0]), "window_end": iso(edges[1])})
     assert again["verdict"] == "ok" and again["counts"]["copied_messages"] == 0
     held = target_payloads(cluster_b, tenant)
