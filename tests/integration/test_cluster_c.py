@@ -452,8 +452,30 @@ def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_inde
     assert int(cluster_c.pid_file.read_text()) == pid
     assert pulsar_local.status(3)["cluster-c"].startswith("healthy")
 
+    kept = unique("it-reset")
+    cluster_c.admin().put(f"/tenants/{kept}", {"adminRoles": [], "allowedClusters": ["cluster-c"]})
+
     pulsar_local.stop_clusters([cluster_c])
     assert not processes.alive(pid)
     assert not processes.port_in_use(cluster_c.web_port)
     assert not processes.port_in_use(cluster_c.broker_port)
     assert pulsar_local.status(3)["cluster-c"] == "stopped"
+
+    # What `make clusters-reset` does (stop, then start --fresh): the data is gone, the cluster is back healthy and
+    # its ledger ids start in its own range again (seed_ledger_ids), so a switch's guard still tells the sides apart.
+    pulsar_local.start_clusters([cluster_c], fresh=True)
+    admin = cluster_c.admin()
+    assert admin.healthy() and kept not in admin.get("/tenants")
+    tenant = unique("it-fresh")
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["cluster-c"]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    c = client(cluster_c)
+    try:
+        producer = c.create_producer(f"persistent://{tenant}/ns/t")
+        ledger = producer.send(b"after the reset").ledger_id()
+        producer.close()
+    finally:
+        c.close()
+    assert ledger >= cluster_c.index * pulsar_local.LEDGER_ID_SPACING
+    assert drain_reader(cluster_c, f"persistent://{tenant}/ns/t")[0]["data"] == b"after the reset"
+    pulsar_local.stop_clusters([cluster_c])
