@@ -732,8 +732,12 @@ public final class EntryCopy {
             if (raw == EntryRange.PAST_END) {
                 return;
             }
-            if (raw != null && range.take(raw, handler)) {
-                return;
+            if (raw != null) {
+                if (range.take(raw, handler)) {
+                    return;
+                }
+                // The handler's own time (a send waiting for room, the rate cap) is not the source standing still.
+                range.idleSince = range.checkedAt = System.currentTimeMillis();
             }
         }
     }
