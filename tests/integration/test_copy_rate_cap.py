@@ -54,6 +54,12 @@ def capped_copy(cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: Pulsa
     assert stats["msgInCounter"] == messages
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options=options)
     assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+    # A dry run first: what the cap means for the run's length, nothing held back, nothing written.
+    assert step(spec, tmp_path / "dry", "--dry-run") == 0
+    planned = report(tmp_path / "dry")
+    cap = options["copy_max_mb_per_s"] * 1e6
+    assert planned["details"]["throttle"]["held_back_s"] == 0
+    assert planned["details"]["throttle"]["least_copy_s"] == round(messages * MESSAGE / cap, 1)
     assert step(spec, tmp_path) == 0
     return report(tmp_path), topic
 

@@ -513,8 +513,11 @@ def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: flo
     # details.copy_engine is the path chosen; this is what ran, by partitions that copied something.
     report.details["copy_engines_ran"] = dict(sorted(Counter(
         o.copy_engine for o in outcomes if o.copied_messages and o.copy_engine).items()))
-    if "throttle" in report.details:  # the partitions' copies held back by the cap, summed
-        report.details["throttle"]["held_back_s"] = round(sum(o.throttled_s for o in outcomes), 3)
+    throttle = report.details.get("throttle")
+    if throttle is not None:  # the partitions' copies held back by the cap, summed
+        throttle["held_back_s"] = round(sum(o.throttled_s for o in outcomes), 3)
+        if ctx.dry_run:  # what the cap means for this run's length: its bytes can take no less than this
+            throttle["least_copy_s"] = round(report.counts["copied_bytes"] / (throttle["max_mb_per_s"] * 1e6), 1)
     report.details["msgs_per_s"] = round(report.counts["copied_messages"] / elapsed_s, 1) if elapsed_s else None
     report.details["mb_per_s"] = round(report.counts["copied_bytes"] / elapsed_s / 1e6, 3) if elapsed_s else None
     if not ctx.dry_run:
