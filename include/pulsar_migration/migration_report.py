@@ -55,6 +55,7 @@ def build(run_dir: str, *, dag_id: str | None = None, run_id: str | None = None,
         "total_step_s": round(sum(s["duration_s"] or 0.0 for s in steps), 3),
         "plan_counts": dict((reports["sync_metadata"] or {}).get("counts") or {}),
         "replication_counts": dict(replicate.get("counts") or {}),
+        "replication": _replication(replicate),
         "partitions": [_partition_row(row) for row in (replicate.get("details") or {}).get("partitions") or []],
         "subscriptions": subscriptions,
         "cutover": (cutover := _cutover(switch)),
@@ -107,6 +108,25 @@ def _partition_row(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: row.get(k) for k in keys}
     out["hashes_equal"] = row.get("source_hash") == row.get("target_hash")
     return out
+
+
+def _replication(report: Mapping[str, Any]) -> dict[str, Any]:
+    details = report.get("details") or {}
+    throttle = details.get("throttle") or {}
+    return {"mb_per_s": details.get("mb_per_s"), "copy_engine": details.get("copy_engine"),
+            "cap_mb_per_s": throttle.get("max_mb_per_s"), "held_back_s": throttle.get("held_back_s")}
+
+
+def _copy_note(replication: Mapping[str, Any]) -> str:
+    """One line under the partitions: how fast, through what, and the rate cap if there was one."""
+    parts = []
+    if replication["mb_per_s"] is not None:
+        engine = f" through the {replication['copy_engine']} path" if replication["copy_engine"] else ""
+        parts.append(f"copied at {_cell(replication['mb_per_s'])} MB/s{engine}")
+    if replication["cap_mb_per_s"] is not None:
+        parts.append(f"rate cap {_cell(replication['cap_mb_per_s'])} MB/s, copies held back "
+                     f"{_cell(replication['held_back_s'])} s in all")
+    return "; ".join(parts)
 
 
 def _subscription_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,7 +193,9 @@ def _tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[
         ("Steps", ["step", "verdict", "seconds", "error"], steps, f"total {_cell(summary['total_step_s'])} s"),
         ("Metadata plan", ["action", "count"], plan, ""),
         ("Partitions copied", ["partition", "status", "source msgs", "copied", "target msgs", "source hash",
-                               "target hash", "equal"], partitions, more(parts)),
+                               "target hash", "equal"], partitions,
+         "; ".join(note for note in (_copy_note(summary.get("replication") or _replication({})), more(parts))
+                   if note)),
         ("Subscriptions", ["topic", "subscription", "source acked", "target acked", "source backlog",
                            "target backlog", "lost", "duplicated"], subscriptions, more(subs)),
         ("Cutover", ["phase", "seconds"], phases,
