@@ -60,7 +60,7 @@ with DAG(
         **dag_params.selection_params(tenant_default="demo"),
         **dag_params.archive_params(),
         **dag_params.window_params(required=False),
-        **dag_params.rate_cap_param(),
+        **dag_params.rate_cap_params(),
         **dag_params.dry_run_param(),
     },
     user_defined_macros=dag_support.macros(PROJECT_ROOT),

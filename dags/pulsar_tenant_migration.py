@@ -94,7 +94,7 @@ with DAG(
                                               "where each landed. geo: Pulsar's own geo-replication is enabled on "
                                               "the namespaces (older messages included) and drained; it needs "
                                               "the brokers to reach each other."),
-        **dag_params.rate_cap_param(),
+        **dag_params.rate_cap_params(),
         **dag_params.lookup_param(
             "Airflow connection id of the lookup service the tenant's clients use as their service URL "
             "(host/port/schema = its URL, password = its admin token); switch_lookup flips the tenant's route there."),

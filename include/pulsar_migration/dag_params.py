@@ -58,13 +58,20 @@ def dry_run_param() -> dict[str, Param]:
                              description="Plan and report only; no cluster or archive is changed.")}
 
 
-def rate_cap_param() -> dict[str, Param]:
-    return {"copy_max_mb_per_s": Param(None, type=["null", "number"], exclusiveMinimum=0,
-                                       title="Copy rate limit (MB/s)", section="Behaviour",
-                                       description="The most source payload the copy reads per second, over all "
-                                                   "partitions (MB = 10^6 bytes), to spare a live source cluster; "
-                                                   "empty = as fast as it goes. Copy mode only; the cutover's "
-                                                   "deltas are not capped.")}
+def rate_cap_params() -> dict[str, Param]:
+    return {
+        "copy_max_mb_per_s": Param(None, type=["null", "number"], exclusiveMinimum=0,
+                                   title="Copy rate limit (MB/s)", section="Behaviour",
+                                   description="The most source payload the copy reads per second, over all "
+                                               "partitions (MB = 10^6 bytes), to spare a live source cluster; "
+                                               "empty = as fast as it goes. Copy mode only; the cutover's deltas "
+                                               "are not capped."),
+        "copy_max_msgs_per_s": Param(None, type=["null", "number"], exclusiveMinimum=0,
+                                     title="Copy rate limit (messages/s)", section="Behaviour",
+                                     description="The most source messages the copy reads per second, over all "
+                                                 "partitions (brokers pay per message for small ones); empty = no "
+                                                 "such cap. Applies with the MB/s limit."),
+    }
 
 
 def archive_params(sink_default: str = "pulsar") -> dict[str, Param]:

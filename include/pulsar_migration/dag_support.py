@@ -57,6 +57,7 @@ PARAM_TO_SPEC: dict[str, tuple[str, ...]] = {
     "backfill_sink": ("options", "backfill_sink"),
     "archive_path": ("options", "archive_path"),
     "copy_max_mb_per_s": ("options", "copy_max_mb_per_s"),
+    "copy_max_msgs_per_s": ("options", "copy_max_msgs_per_s"),
 }
 # Spec options holding locations: a relative local one is taken under the project root, like the run dir base.
 PATH_OPTIONS = ("archive_path", "backfill_state_dir")

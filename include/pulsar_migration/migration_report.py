@@ -114,7 +114,8 @@ def _replication(report: Mapping[str, Any]) -> dict[str, Any]:
     details = report.get("details") or {}
     throttle = details.get("throttle") or {}
     return {"mb_per_s": details.get("mb_per_s"), "copy_engine": details.get("copy_engine"),
-            "cap_mb_per_s": throttle.get("max_mb_per_s"), "held_back_s": throttle.get("held_back_s")}
+            "cap_mb_per_s": throttle.get("max_mb_per_s"), "cap_msgs_per_s": throttle.get("max_msgs_per_s"),
+            "held_back_s": throttle.get("held_back_s")}
 
 
 def _copy_note(replication: Mapping[str, Any]) -> str:
@@ -123,9 +124,10 @@ def _copy_note(replication: Mapping[str, Any]) -> str:
     if replication["mb_per_s"] is not None:
         engine = f" through the {replication['copy_engine']} path" if replication["copy_engine"] else ""
         parts.append(f"copied at {_cell(replication['mb_per_s'])} MB/s{engine}")
-    if replication["cap_mb_per_s"] is not None:
-        parts.append(f"rate cap {_cell(replication['cap_mb_per_s'])} MB/s, copies held back "
-                     f"{_cell(replication['held_back_s'])} s in all")
+    units = (("cap_mb_per_s", "MB/s"), ("cap_msgs_per_s", "msgs/s"))
+    caps = [f"{_cell(replication[key])} {unit}" for key, unit in units if replication.get(key) is not None]
+    if caps:
+        parts.append(f"rate cap {' and '.join(caps)}, copies held back {_cell(replication['held_back_s'])} s in all")
     return "; ".join(parts)
 
 

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 import jsonschema
 
 from pulsar_migration.admin import PulsarAdmin, TlsSettings
+from pulsar_migration.throttle import Caps
 
 if TYPE_CHECKING:
     import pulsar
@@ -201,6 +202,15 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                    "MB (10^6 bytes), over all its partitions; null = as fast as it goes. Not "
                                    "applied to the cutover's deltas (they hold the tenant's clients). Geo mode is "
                                    "capped by Pulsar's own replicator dispatch rate instead.",
+                },
+                "copy_max_msgs_per_s": {
+                    "title": "Copy rate limit (messages/s)",
+                    "type": ["number", "null"],
+                    "exclusiveMinimum": 0,
+                    "default": None,
+                    "description": "Copy mode and backfills: the most source messages the run reads per second, "
+                                   "over all its partitions (small messages cost brokers per message more than per "
+                                   "byte); null = no such cap. Applied like copy_max_mb_per_s, and with it.",
                 },
                 "progress_interval_s": {
                     "title": "Progress log interval (s)",
@@ -426,6 +436,12 @@ class MigrationSpec:
     def progress_interval_s(self) -> int:
         """Seconds between a running copy's progress lines (options.progress_interval_s)."""
         return int(self.options.get("progress_interval_s", PROGRESS_INTERVAL_DEFAULT_S))
+
+    @property
+    def copy_caps(self) -> Caps:
+        """The run's rate caps (options.copy_max_mb_per_s and copy_max_msgs_per_s)."""
+        msgs = self.options.get("copy_max_msgs_per_s")
+        return Caps(self.copy_max_bytes_per_s, float(msgs) if msgs is not None else None)
 
     @property
     def copy_max_bytes_per_s(self) -> float | None:
@@ -679,9 +695,11 @@ def _check_semantics(s: dict[str, Any]) -> None:
             raise SpecError(f"spec: clusters.{name}.tls.key_file is set but cert_file is not")
     if s["lookup_url"] is not None:
         _check_url("lookup.url", s["lookup_url"], ("http", "https"))
-    if s["replication_mode"] == "geo" and s["options"].get("copy_max_mb_per_s") is not None:
-        raise SpecError("spec: options.copy_max_mb_per_s caps copy mode only; cap geo-replication with the source "
-                        "namespaces' replicator dispatch rate (pulsar-admin namespaces set-replicator-dispatch-rate)")
+    for cap in ("copy_max_mb_per_s", "copy_max_msgs_per_s"):
+        if s["replication_mode"] == "geo" and s["options"].get(cap) is not None:
+            raise SpecError(f"spec: options.{cap} caps copy mode only; cap geo-replication with the source "
+                            "namespaces' replicator dispatch rate "
+                            "(pulsar-admin namespaces set-replicator-dispatch-rate)")
     for kind in ("include", "exclude"):
         for i, pattern in enumerate(s[kind]):
             try:

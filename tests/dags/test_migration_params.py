@@ -40,6 +40,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "confirm_cleanup not boolean": ({**GOOD, "confirm_cleanup": "yes"}, "confirm_cleanup"),
     "rate limit of 0": ({**GOOD, "copy_max_mb_per_s": 0}, "copy_max_mb_per_s"),
     "rate limit as text": ({**GOOD, "copy_max_mb_per_s": "50"}, "copy_max_mb_per_s"),
+    "message rate limit below 0": ({**GOOD, "copy_max_msgs_per_s": -5}, "copy_max_msgs_per_s"),
 }
 
 
@@ -67,14 +68,14 @@ VALIDATORS = [validate_like_trigger, validate_like_task_runner]
 
 @pytest.mark.parametrize("validate", VALIDATORS)
 def test_good_input_is_accepted_and_defaults_fill_the_rest(dag: DAG, validate: Any) -> None:
-    assert validate(dag, GOOD) == {**GOOD, "copy_max_mb_per_s": None}
+    assert validate(dag, GOOD) == {**GOOD, "copy_max_mb_per_s": None, "copy_max_msgs_per_s": None}
     assert validate(dag, {"tenant": "acme"}) == {
         "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme", "namespaces": None,
         "topics_include": [".*"], "topics_exclude": [], "dry_run": False, "proceed_on_conflict": False,
         "replication_mode": "copy", "lookup_conn": "pulsar_lookup", "confirm_cleanup": False, "delete_tenant": False,
-        "copy_max_mb_per_s": None,
+        "copy_max_mb_per_s": None, "copy_max_msgs_per_s": None,
     }
-    capped = {**GOOD, "replication_mode": "copy", "copy_max_mb_per_s": 12.5}
+    capped = {**GOOD, "replication_mode": "copy", "copy_max_mb_per_s": 12.5, "copy_max_msgs_per_s": 5000}
     assert validate(dag, capped) == capped
 
 

@@ -18,7 +18,7 @@ from pulsar_migration.positions import Position
 from pulsar_migration.replication import engine
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
-from pulsar_migration.throttle import BURST_S
+from pulsar_migration.throttle import BURST_S, Caps
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
@@ -57,9 +57,10 @@ def capped_copy(cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: Pulsa
     # A dry run first: what the cap means for the run's length, nothing held back, nothing written.
     assert step(spec, tmp_path / "dry", "--dry-run") == 0
     planned = report(tmp_path / "dry")
-    cap = options["copy_max_mb_per_s"] * 1e6
+    by_bytes, by_messages = options.get("copy_max_mb_per_s"), options.get("copy_max_msgs_per_s")
     assert planned["details"]["throttle"]["held_back_s"] == 0
-    assert planned["details"]["throttle"]["least_copy_s"] == round(messages * MESSAGE / cap, 1)
+    assert planned["details"]["throttle"]["least_copy_s"] == round(max(
+        messages * MESSAGE / (by_bytes * 1e6) if by_bytes else 0, messages / by_messages if by_messages else 0), 1)
     assert step(spec, tmp_path) == 0
     return report(tmp_path), topic
 
@@ -84,7 +85,7 @@ def test_the_engine_keeps_a_two_partition_copy_under_the_cap_and_exact(
     assert done["counts"]["copied_bytes"] == 4000 * MESSAGE
     rows = done["details"]["partitions"]
     assert {row["copy_engine"] for row in rows} == {"java"}
-    assert done["details"]["throttle"]["engine_process_mb_per_s"] == 1.5  # two partitions: one engine process
+    assert done["details"]["throttle"]["engine_process"] == {"max_mb_per_s": 1.5}  # two partitions: one process
     # The partitions copy at once and share the process's part: the run lasts as long as its longest partition.
     assert_capped(done, 1.5, max(row["engine_times"]["partition_copy_s"] for row in rows))
     for index in range(2):
@@ -101,7 +102,7 @@ def test_the_python_path_keeps_to_the_cap_and_a_rerun_copies_nothing(
     assert done["counts"]["copied_bytes"] == 600 * MESSAGE
     (row,) = done["details"]["partitions"]
     assert row["copy_engine"] == "python" and row["throttled_s"] > 0
-    assert done["details"]["throttle"]["python_task_mb_per_s"] == 0.25
+    assert done["details"]["throttle"]["python_task"] == {"max_mb_per_s": 0.25}
     assert_capped(done, 0.25, row["copy_s"])
     assert [m["data"] for m in drain(cluster_b, topic)] == [m["data"] for m in drain(cluster_a, topic)]
     spec = tmp_path / "spec.json"
@@ -128,7 +129,7 @@ def test_an_engine_process_alone_keeps_to_its_part_and_logs_its_progress(
     job = engine.EngineJob(topic, topic, None, None, Position(last["ledgerId"], last["entryId"]),
                            rows_file=str(tmp_path / "rows"))
     with caplog.at_level(logging.INFO, logger="pulsar_migration.replication.engine"):
-        results, _ = engine.EngineProcess(spec, spec.copy_max_in_flight, max_bytes_per_s=1e6).run([job])
+        results, _ = engine.EngineProcess(spec, spec.copy_max_in_flight, caps=Caps(1e6)).run([job])
     result = results[topic]
     assert isinstance(result, engine.EngineResult), result
     assert result.copied_bytes == 3000 * MESSAGE and result.copied_messages == 3000
@@ -139,3 +140,16 @@ def test_an_engine_process_alone_keeps_to_its_part_and_logs_its_progress(
     assert len(lines) >= 2, lines
     copied = [float(re.search(r"entries, ([\d.,]+) MB copied", line).group(1).replace(",", "")) for line in lines]
     assert copied == sorted(copied) and 0 < copied[-1] <= 3000 * MESSAGE / 1e6, lines
+
+
+def test_a_message_cap_holds_the_engine_to_its_messages_per_second(
+        cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, spark: SparkSession,
+        tmp_path: Path) -> None:
+    # 1,500 messages (batches of 100) at 500 a second: at least 2.8 s after the first burst of 100.
+    done, _ = capped_copy(cluster_a, cluster_b, admin_a, tmp_path, 0, 1500,
+                          {"copy_max_msgs_per_s": 500, "copy_engine": "java"})
+    (row,) = done["details"]["partitions"]
+    assert row["copy_engine"] == "java" and row["throttled_s"] > 0
+    assert done["details"]["throttle"]["max_msgs_per_s"] == 500 and "max_mb_per_s" not in done["details"]["throttle"]
+    assert done["counts"]["copied_messages"] == done["counts"]["target_messages"] == 1500
+    assert row["engine_times"]["partition_copy_s"] >= 0.98 * (1500 - 500 * BURST_S) / 500

@@ -55,6 +55,8 @@ def test_the_rate_cap_reaches_the_spec_in_bytes() -> None:
     doc = spec_document({**PARAMS, "copy_max_mb_per_s": 12.5}, A, B)
     assert doc["options"]["copy_max_mb_per_s"] == 12.5
     assert MigrationSpec.from_dict(doc).copy_max_bytes_per_s == 12_500_000
+    capped = MigrationSpec.from_dict(spec_document({**PARAMS, "copy_max_msgs_per_s": 800}, A, B))
+    assert (capped.copy_caps.bytes_per_s, capped.copy_caps.msgs_per_s) == (None, 800)
     assert MigrationSpec.from_dict(spec_document({**PARAMS, "copy_max_mb_per_s": None}, A, B)).copy_max_bytes_per_s \
         is None
 

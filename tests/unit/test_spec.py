@@ -138,6 +138,8 @@ BAD_INPUTS: list[tuple[str, Mutation, str]] = [
     ("admin_concurrency too high", _set("options/admin_concurrency", 65),
      "spec: options.admin_concurrency must be between 1 and 64, got 65"),
     ("rate cap of 0", _set("options/copy_max_mb_per_s", 0), "spec: options.copy_max_mb_per_s must be above 0, got 0"),
+    ("message cap of 0", _set("options/copy_max_msgs_per_s", 0),
+     "spec: options.copy_max_msgs_per_s must be above 0, got 0"),
     ("rate cap as text", _set("options/copy_max_mb_per_s", "50"),
      "spec: options.copy_max_mb_per_s must be number or null, got string"),
     ("rate cap in geo mode", lambda d: (_set("options/copy_max_mb_per_s", 50)(d), _set("replication/mode", "geo")(d)),
@@ -166,7 +168,8 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     declared = SPEC_JSON_SCHEMA["properties"]["options"]["properties"]
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
                              "delayed_delivery_horizon_s", "copy_engine", "geo_timeout_s", "backfill_sink",
-                             "archive_path", "backfill_state_dir", "copy_max_mb_per_s", "progress_interval_s"}
+                             "archive_path", "backfill_state_dir", "copy_max_mb_per_s", "copy_max_msgs_per_s",
+                             "progress_interval_s"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}

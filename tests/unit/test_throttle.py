@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from pulsar_migration.throttle import ByteRate, byte_rate, share
+from pulsar_migration.throttle import Caps, RateLimit, Throttle, throttle
 
 
 class FakeClock:
@@ -25,7 +25,7 @@ class FakeClock:
 
 def test_the_burst_goes_at_once_then_bytes_wait_for_their_time() -> None:
     clock = FakeClock()
-    rate = ByteRate(1_000_000, clock=clock, sleep=clock.sleep)  # 1 MB/s, a burst of 200 kB
+    rate = RateLimit(1_000_000, clock=clock, sleep=clock.sleep)  # 1 MB/s, a burst of 200 kB
     assert rate.take(200_000) == 0
     assert rate.take(100_000) == pytest.approx(0.1)
     assert rate.take(300_000) == pytest.approx(0.3)
@@ -34,7 +34,7 @@ def test_the_burst_goes_at_once_then_bytes_wait_for_their_time() -> None:
 
 def test_over_a_long_copy_the_average_keeps_to_the_cap() -> None:
     clock = FakeClock()
-    rate = ByteRate(2_000_000, clock=clock, sleep=clock.sleep)
+    rate = RateLimit(2_000_000, clock=clock, sleep=clock.sleep)
     started = clock.now
     sent = 0
     for size in [64_000, 1_000, 5_000_000, 300, 128_000] * 200:  # entries of mixed sizes, one far over the burst
@@ -48,7 +48,7 @@ def test_over_a_long_copy_the_average_keeps_to_the_cap() -> None:
 
 def test_an_idle_spell_earns_no_more_than_one_burst() -> None:
     clock = FakeClock()
-    rate = ByteRate(1_000_000, clock=clock, sleep=clock.sleep)
+    rate = RateLimit(1_000_000, clock=clock, sleep=clock.sleep)
     rate.take(1_000_000)
     clock.now += 3600  # an hour without reads
     assert rate.take(200_000) == 0
@@ -56,7 +56,7 @@ def test_an_idle_spell_earns_no_more_than_one_burst() -> None:
 
 
 def test_threads_sharing_a_rate_keep_to_it_together() -> None:
-    rate = ByteRate(4_000_000, burst_s=0.01)
+    rate = RateLimit(4_000_000, burst_s=0.01)
     started = time.monotonic()
 
     def reader() -> None:
@@ -73,11 +73,22 @@ def test_threads_sharing_a_rate_keep_to_it_together() -> None:
     assert elapsed >= 0.19
 
 
-def test_the_cap_is_split_over_the_copiers_running_at_once() -> None:
-    assert share(None, 4) is None
-    assert share(8_000_000, 4) == 2_000_000
-    assert share(8_000_000, 0) == 8_000_000
-    assert byte_rate(None) is None
-    assert byte_rate(1e6).bytes_per_s == 1e6  # type: ignore[union-attr]
+def test_the_caps_are_split_over_the_copiers_running_at_once() -> None:
+    assert not Caps() and Caps().share(4) == Caps()
+    assert Caps(8_000_000, None).share(4) == Caps(2_000_000, None)
+    assert Caps(None, 1000).share(0) == Caps(None, 1000)
+    assert Caps(8e6, 100).as_report() == {"max_mb_per_s": 8.0, "max_msgs_per_s": 100}
+    assert throttle(None) is None and throttle(Caps()) is None
     with pytest.raises(ValueError, match="above 0"):
-        ByteRate(0)
+        RateLimit(0)
+
+
+def test_a_throttle_waits_for_whichever_cap_is_further_behind() -> None:
+    clock = FakeClock()
+    limit = Throttle(Caps(1_000_000, 100), clock=clock, sleep=clock.sleep)  # bursts: 200 kB, 20 messages
+    assert limit.take(100_000, 20) == 0
+    assert limit.take(100_000, 10) == pytest.approx(0.1)  # messages: 10 over, at 100/s
+    clock.now += 1.0
+    assert limit.take(500_000, 1) == pytest.approx(0.3)  # bytes: 200 kB credit, 300 kB over at 1 MB/s
+    assert limit.bytes is not None and limit.messages is not None
+    assert Throttle(Caps(None, 5)).bytes is None

@@ -17,7 +17,7 @@ from pulsar_migration.backfill.window import Window, WindowRange
 from pulsar_migration.replication.content import schema_version_of
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.spec import MigrationSpec
-from pulsar_migration.throttle import byte_rate, share
+from pulsar_migration.throttle import Caps, throttle
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,15 +64,14 @@ def digest_column() -> Column:
     return F.sha2(F.concat_ws("\u0001", *parts), 256)
 
 
-def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float | None = None,
-                     held_back: Any = None) -> Any:
+def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = None, held_back: Any = None) -> Any:
     """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order, at most
-    `max_bytes_per_s` of payload per task (its part of options.copy_max_mb_per_s; the seconds it held the reads
-    back are added to the Spark accumulator `held_back`)."""
+    `caps` per task (its part of the run's rate caps; the seconds they held the reads back are added to the Spark
+    accumulator `held_back`)."""
     from datetime import UTC, datetime
 
     def rows(ranges: Iterable[WindowRange]) -> Iterator[tuple[Any, ...]]:
-        throttle = byte_rate(max_bytes_per_s)
+        limit = throttle(caps)
         client = spec.source_cluster.pulsar_client()
         try:
             for wr in ranges:
@@ -83,8 +82,8 @@ def read_window_rows(spec: MigrationSpec, window: Window, max_bytes_per_s: float
                     published = int(message.publish_timestamp())
                     version = schema_version_of(message)
                     payload = bytes(message.data())
-                    if throttle is not None:
-                        waited = throttle.take(len(payload))
+                    if limit is not None:
+                        waited = limit.take(len(payload))
                         if held_back is not None and waited:
                             held_back.add(waited)
                     yield (spec.tenant, namespace, topic, wr.partition, info.ledger, info.entry, info.batch_index,
@@ -107,7 +106,7 @@ def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, range
 
     slots = spark.sparkContext.defaultParallelism
     groups = task_groups([wr for wr in ranges if not wr.empty], slots)
-    read = read_window_rows(spec, window, share(spec.copy_max_bytes_per_s, min(len(groups), slots)), held_back)
+    read = read_window_rows(spec, window, spec.copy_caps.share(min(len(groups), slots)), held_back)
     rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
            .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())

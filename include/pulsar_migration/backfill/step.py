@@ -124,8 +124,8 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> 
     try:
         source = arch.partition_totals(frame)
         ctx.report.details["read_s"] = round(time.monotonic() - started, 3)
-        if ctx.spec.copy_max_bytes_per_s is not None:  # the reads kept to it (archive.read_window_rows)
-            ctx.report.details["throttle"] = {"max_mb_per_s": ctx.spec.copy_max_bytes_per_s / 1e6,
+        if ctx.spec.copy_caps:  # the reads kept to them (archive.read_window_rows)
+            ctx.report.details["throttle"] = {**ctx.spec.copy_caps.as_report(),
                                               "held_back_s": round(held_back.value, 3)}
         ctx.report.counts["source_messages"] = sum(t["rows"] for t in source.values())
         _check_complete(ranges, source)

@@ -36,6 +36,7 @@ from pulsar_migration.cachedir import build_once
 from pulsar_migration.cachedir import cache_dir as user_cache_dir
 from pulsar_migration.positions import Position
 from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.throttle import Caps
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +446,7 @@ class EngineProcess:
     final delta in one warm JVM) until `close`. Secrets reach it through its environment, never its arguments."""
 
     def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16,
-                 max_bytes_per_s: float | None = None) -> None:
+                 caps: Caps | None = None) -> None:
         lib = pulsar_lib()
         if lib is None:
             raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
@@ -454,8 +455,9 @@ class EngineProcess:
         settings = {"source_name": source.name, "target_name": target.name, "source": source.to_dict(),
                     "target": target.to_dict(), "max_in_flight": max_in_flight, "receiver_queue": RECEIVER_QUEUE,
                     "threads": threads, "progress_s": spec.progress_interval_s}
-        if max_bytes_per_s:  # this process's part of the run's cap (throttle.share), over all its partitions
-            settings["max_bytes_per_s"] = max_bytes_per_s
+        if caps:  # this process's part of the run's caps (Caps.share), over all its partitions
+            settings["max_bytes_per_s"] = caps.bytes_per_s or 0
+            settings["max_msgs_per_s"] = caps.msgs_per_s or 0
         env = dict(os.environ)
         for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
             env.pop(name, None)

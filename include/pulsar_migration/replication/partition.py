@@ -45,7 +45,7 @@ from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
-from pulsar_migration.throttle import ByteRate, byte_rate
+from pulsar_migration.throttle import Caps, Throttle, throttle
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,7 @@ class PartitionTask:
     src_client: Any
     tgt_client: Any
     spec: MigrationSpec | None = None
-    throttle: ByteRate | None = None  # the copier's part of the run's rate cap, shared by its partitions
+    throttle: Throttle | None = None  # the copier's part of the run's rate caps, shared by its partitions
     # Source messages to send under a producer name of their own (IncompleteMessage.resend_suffix).
     resend_suffixes: dict[Position, str] = field(default_factory=dict)
 
@@ -458,7 +458,7 @@ class SharedClients:
 
 def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[PartitionTask], list[MapRow]],
                   expected: tuple[type[Exception], ...], shared: SharedClients | None = None,
-                  throttle: ByteRate | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+                  throttle: Throttle | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """The frame of every partition task (copy or geo): opens the clients (unless `shared` are given), runs
     `body` (which returns the map rows), turns failures into the outcome (an `expected` error is its own line),
     closes what it opened. Never raises; rows are returned only for a partition that verified."""
@@ -484,7 +484,7 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
 
 def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max_in_flight: int,
                    delivery_horizon_s: int, shared: SharedClients | None = None,
-                   throttle: ByteRate | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
+                   throttle: Throttle | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """Copies one partition (unless the engine did: `job.engine`) and verifies it; never raises (failures are in
     the outcome). `throttle`: the copier's part of the run's rate cap."""
     return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
@@ -667,14 +667,14 @@ def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
 def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
                  clients: SharedClients | None = None, rows_dir: str | None = None,
                  process: EngineProcess | None = None, prepare_threads: int = 16,
-                 max_bytes_per_s: float | None = None) -> list[PartitionJob]:
+                 caps: Caps | None = None) -> list[PartitionJob]:
     """The copy phase of `jobs` in one Java engine process (replication.engine), run inside a Spark task: each
     partition's resume point is read from the target first; partitions unchanged since the map are left out. With
     `rows_dir` the engine also reads each partition's target back (EngineScan), its map rows in a file there.
     Returns the jobs with what the engine did attached (PartitionJob.engine); never raises. `clients`: opened by
     the caller (else here); `process`: the caller's, kept for its next round (the cutover's: one warm JVM for its
     catch-up rounds and final delta), else one started here for this phase; `prepare_threads`: partitions whose
-    resume point is read at once; `max_bytes_per_s`: the started process's part of the run's rate cap."""
+    resume point is read at once; `caps`: the started process's part of the run's rate caps."""
     started = time.monotonic()
     shared_process = process is not None
     if process is not None and not process.alive():
@@ -683,7 +683,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     try:
         if process is None:
             # Its JVM starts while the resume points are read.
-            process = EngineProcess(spec, max_in_flight, max_bytes_per_s=max_bytes_per_s)
+            process = EngineProcess(spec, max_in_flight, caps=caps)
     except Exception:  # e.g. the engine does not build: the Python path copies, one line per failure
         log.warning("copy engine phase skipped", exc_info=True)
         return jobs
@@ -744,7 +744,7 @@ ENGINE_JUDGE_THREADS = 8
 
 
 def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: int,
-                 run_dir: str, max_bytes_per_s: float | None = None) -> Iterator[tuple[str, Any]]:
+                 run_dir: str, caps: Caps | None = None) -> Iterator[tuple[str, Any]]:
     """A group of partitions through one engine process, inside one Spark task, to the end: copied, read back
     and judged. Yields (ENGINE_DONE, (outcome, rows)) for each partition the engine took and (ENGINE_LEFT, job) for
     the others (unchanged since the map, large messages under auto, the engine unavailable): the caller runs
@@ -762,17 +762,17 @@ def engine_group(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                 yield ENGINE_LEFT, job
             return
         try:
-            done = engine_phase(spec, jobs, max_in_flight, clients, rows_dir, max_bytes_per_s=max_bytes_per_s)
+            done = engine_phase(spec, jobs, max_in_flight, clients, rows_dir, caps=caps)
             for job in done:
                 if job.engine is None:
                     yield ENGINE_LEFT, job
             active = clients
-            throttle = byte_rate(max_bytes_per_s)  # for what the engine leaves (chunked, encrypted entries)
+            limit = throttle(caps)  # for what the engine leaves (chunked, encrypted entries)
 
             def judge(job: PartitionJob) -> tuple[PartitionOutcome, list[MapRow]]:
                 outcome, rows = copy_partition(spec, job, dry_run=False, max_in_flight=max_in_flight,
                                                delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=active,
-                                               throttle=throttle)
+                                               throttle=limit)
                 if outcome.status == OK and outcome.verified_by == "java":
                     rows = engine_rows_to_map(run_dir, job, outcome)
                 return outcome, rows
@@ -885,7 +885,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                 progress.read(message._message.length(), info.position)
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if task.throttle is not None and not dry_run:  # every source byte read, as the engine counts
-                    outcome.throttled_s += task.throttle.take(message._message.length())
+                    outcome.throttled_s += task.throttle.take(message._message.length(), 1)
                 if resume_after is not None and info.position <= resume_after:
                     skipped += 1
                     continue

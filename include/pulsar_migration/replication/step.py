@@ -38,7 +38,7 @@ from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
-from pulsar_migration.throttle import ByteRate, byte_rate, share
+from pulsar_migration.throttle import Caps, Throttle, throttle
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +133,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         started = time.monotonic()
         report.details["copy_engine"] = ("java" if use_engine else "python") if spec.replication_mode == "copy" \
             else None
-        cap = spec.copy_max_bytes_per_s if throttled and spec.replication_mode == "copy" else None
-        if cap is not None and not in_driver:
-            report.details.setdefault("throttle", {})["max_mb_per_s"] = cap / 1e6
+        caps = spec.copy_caps if throttled and spec.replication_mode == "copy" else Caps()
+        if caps and not in_driver:
+            report.details["throttle"] = caps.as_report()
         outcomes = (replicate_in_driver(ctx, jobs, use_engine, engine_process) if in_driver
-                    else replicate(ctx, jobs, use_engine, cap))
+                    else replicate(ctx, jobs, use_engine, caps))
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
         if not ctx.dry_run and snapshot is None:  # not inside the cutover's hold: the next delta reads it there
             report.details["position_map_compaction"] = posmap.compact_local(ctx.run_dir)
@@ -341,37 +341,36 @@ def task_groups(jobs: list[Job], slots: int) -> list[list[Job]]:
 
 
 def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None,
-                    max_bytes_per_s: float | None = None) -> Any:
-    """The Python path's task body; `max_bytes_per_s`: each task's part of the run's rate cap, shared by its
-    partitions."""
+                    caps: Caps | None = None) -> Any:
+    """The Python path's task body; `caps`: each task's part of the run's rate caps, shared by its partitions."""
     mode = spec.replication_mode
 
     def one(job: PartitionJob, clients: SharedClients | None,
-            throttle: ByteRate | None) -> tuple[PartitionOutcome, list[Any]]:
+            limit: Throttle | None) -> tuple[PartitionOutcome, list[Any]]:
         if mode == "geo" and not dry_run:
             from pulsar_migration.replication import geo
 
             return geo.verify_partition(spec, job, clients)
         return copy_partition(spec, job, dry_run=dry_run, max_in_flight=spec.copy_max_in_flight,
-                              delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients, throttle=throttle)
+                              delivery_horizon_s=spec.delayed_delivery_horizon_s, shared=clients, throttle=limit)
 
     def run_jobs(jobs: Iterator[PartitionJob]) -> Iterator[tuple[PartitionOutcome, list[Any]]]:
         batch = list(jobs)
-        throttle = byte_rate(max_bytes_per_s)
+        limit = throttle(caps)
         if shared is not None or len(batch) <= 1:
             for job in batch:
-                yield one(job, shared, throttle)
+                yield one(job, shared, limit)
             return
         try:
             clients = SharedClients.open(spec)
         except Exception:  # e.g. a cluster unreachable: each partition opens its own and says so in one line
             log.warning("shared clients for %d partitions failed", len(batch), exc_info=True)
             for job in batch:
-                yield one(job, None, throttle)
+                yield one(job, None, limit)
             return
         try:
             with ThreadPoolExecutor(min(PYTHON_TASK_THREADS, len(batch))) as pool:
-                yield from pool.map(lambda job: one(job, clients, throttle), batch)
+                yield from pool.map(lambda job: one(job, clients, limit), batch)
         finally:
             clients.close()
 
@@ -379,10 +378,11 @@ def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | 
 
 
 def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = False,
-              max_bytes_per_s: float | None = None) -> list[PartitionOutcome]:
+              caps: Caps | None = None) -> list[PartitionOutcome]:
     """Runs every job in Spark tasks (one partition per task, or groups of partitions through the Java engine),
-    appends the verified partitions' map rows. `max_bytes_per_s`: the run's rate cap, split evenly over the
-    engine processes, then over the Python path's tasks that run at once."""
+    appends the verified partitions' map rows. `caps`: the run's rate caps, split evenly over the engine
+    processes, then over the Python path's tasks that run at once."""
+    caps = caps or Caps()
     from pyspark import StorageLevel
 
     spark = ctx.spark
@@ -390,7 +390,7 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     finished = None
     if use_engine:
         started = time.monotonic()
-        finished, jobs = copy_through_engine(ctx, jobs, max_bytes_per_s)
+        finished, jobs = copy_through_engine(ctx, jobs, caps)
         if finished is not None:
             persisted.append(finished)
         ctx.report.details["engine_phase_s"] = round(time.monotonic() - started, 3)
@@ -398,10 +398,10 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     if jobs:
         slots = spark.sparkContext.defaultParallelism
         groups = task_groups(jobs, slots)
-        part = share(max_bytes_per_s, min(len(groups), slots))
-        if part is not None and not ctx.dry_run:
-            ctx.report.details.setdefault("throttle", {})["python_task_mb_per_s"] = round(part / 1e6, 3)
-        task = _partition_task(ctx.spec, ctx.dry_run, max_bytes_per_s=part)
+        part = caps.share(min(len(groups), slots))
+        if part and not ctx.dry_run:
+            ctx.report.details.setdefault("throttle", {})["python_task"] = part.as_report()
+        task = _partition_task(ctx.spec, ctx.dry_run, caps=part)
         results = (spark.sparkContext.parallelize(groups, len(groups))
                    .mapPartitions(lambda tasks: task(job for group in tasks for job in group))
                    .persist(StorageLevel.MEMORY_AND_DISK))
@@ -436,7 +436,7 @@ def engine_processes(partitions: int, slots: int) -> int:
 
 
 def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob],
-                        max_bytes_per_s: float | None = None) -> tuple[Any, list[PartitionJob]]:
+                        caps: Caps | None = None) -> tuple[Any, list[PartitionJob]]:
     """Every partition the engine takes, copied, read back and judged in Java engine processes
     (partition.engine_group), as a Spark job of one task per group of partitions. Returns the persisted RDD of
     the groups' yields (its ENGINE_DONE items are (outcome, rows)) and the jobs left to the Python path's
@@ -449,12 +449,12 @@ def copy_through_engine(ctx: StepContext, jobs: list[PartitionJob],
         return None, jobs
     groups = engine_processes(len(eligible), ctx.spark.sparkContext.defaultParallelism)
     max_in_flight, run_dir = spec.copy_max_in_flight, ctx.run_dir
-    part = share(max_bytes_per_s, groups)  # engine processes never outnumber the slots: all run at once
-    if part is not None:
-        ctx.report.details.setdefault("throttle", {})["engine_process_mb_per_s"] = round(part / 1e6, 3)
+    part = (caps or Caps()).share(groups)  # engine processes never outnumber the slots: all run at once
+    if part:
+        ctx.report.details.setdefault("throttle", {})["engine_process"] = part.as_report()
 
     def run_group(group: Iterator[PartitionJob]) -> Iterator[tuple[str, Any]]:
-        yield from engine_group(spec, list(group), max_in_flight, run_dir, max_bytes_per_s=part)
+        yield from engine_group(spec, list(group), max_in_flight, run_dir, caps=part)
 
     staged = (ctx.spark.sparkContext.parallelize(eligible, groups).mapPartitions(run_group)
               .persist(StorageLevel.MEMORY_AND_DISK))
@@ -516,8 +516,11 @@ def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: flo
     throttle = report.details.get("throttle")
     if throttle is not None:  # the partitions' copies held back by the cap, summed
         throttle["held_back_s"] = round(sum(o.throttled_s for o in outcomes), 3)
-        if ctx.dry_run:  # what the cap means for this run's length: its bytes can take no less than this
-            throttle["least_copy_s"] = round(report.counts["copied_bytes"] / (throttle["max_mb_per_s"] * 1e6), 1)
+        if ctx.dry_run:  # what the caps mean for this run's length: its bytes and messages take no less than this
+            throttle["least_copy_s"] = round(max(
+                report.counts["copied_bytes"] / (throttle["max_mb_per_s"] * 1e6) if "max_mb_per_s" in throttle else 0,
+                report.counts["copied_messages"] / throttle["max_msgs_per_s"] if "max_msgs_per_s" in throttle else 0),
+                1)
     report.details["msgs_per_s"] = round(report.counts["copied_messages"] / elapsed_s, 1) if elapsed_s else None
     report.details["mb_per_s"] = round(report.counts["copied_bytes"] / elapsed_s / 1e6, 3) if elapsed_s else None
     if not ctx.dry_run:

@@ -102,39 +102,47 @@ public final class EntryCopy {
     static final byte[] EMPTY = new byte[0];
 
     /**
-     * The run's rate cap as this process's part of it (pulsar_migration.throttle, the same rule): source payload
-     * bytes per second over every partition the process copies. take() reserves and parks until they are due.
+     * One of the run's rate caps as this process's part of it (pulsar_migration.throttle.RateLimit, the same rule):
+     * source payload bytes or messages per second over every partition the process copies.
      */
-    static final class ByteRate {
-        final double bytesPerNano;
+    static final class RateLimit {
+        final double perNano;
         final double capacity;
         double tokens;
         long last = System.nanoTime();
 
-        ByteRate(double bytesPerSecond) {
-            this.bytesPerNano = bytesPerSecond / 1e9;
-            this.capacity = bytesPerSecond * 0.2;  // throttle.BURST_S
+        RateLimit(double perSecond) {
+            this.perNano = perSecond / 1e9;
+            this.capacity = perSecond * 0.2;  // throttle.BURST_S
             this.tokens = capacity;
         }
 
-        /** Reserves `bytes`; returns the nanoseconds the caller parked. */
-        long take(long bytes) {
-            long wait;
-            synchronized (this) {
-                long now = System.nanoTime();
-                tokens = Math.min(capacity, tokens + (now - last) * bytesPerNano) - bytes;
-                last = now;
-                wait = tokens < 0 ? (long) (-tokens / bytesPerNano) : 0;
-            }
-            long until = System.nanoTime() + wait;
-            for (long left = wait; left > 0; left = until - System.nanoTime()) {
-                java.util.concurrent.locks.LockSupport.parkNanos(left);
-            }
-            return wait;
+        static RateLimit of(double perSecond) {
+            return perSecond > 0 ? new RateLimit(perSecond) : null;
+        }
+
+        /** Reserves `n`; returns the nanoseconds until they are due. */
+        synchronized long reserve(long n) {
+            long now = System.nanoTime();
+            tokens = Math.min(capacity, tokens + (now - last) * perNano) - n;
+            last = now;
+            return tokens < 0 ? (long) (-tokens / perNano) : 0;
         }
     }
 
-    static volatile ByteRate rate;  // null: no cap (set from line 1's max_bytes_per_s)
+    static volatile RateLimit byteRate;  // null: no cap (line 1's max_bytes_per_s)
+    static volatile RateLimit messageRate;  // null: no cap (line 1's max_msgs_per_s)
+
+    /** Reserves `bytes` and `messages` under the caps and parks until both are due; returns the nanoseconds parked. */
+    static long throttle(long bytes, long messages) {
+        RateLimit b = byteRate, m = messageRate;
+        long wait = Math.max(b == null ? 0 : b.reserve(bytes), m == null ? 0 : m.reserve(messages));
+        long until = System.nanoTime() + wait;
+        for (long left = wait; left > 0; left = until - System.nanoTime()) {
+            java.util.concurrent.locks.LockSupport.parkNanos(left);
+        }
+        return wait;
+    }
 
     /** A source entry as the broker sent it. */
     record Raw(long ledger, long entry, ByteBuf data, ClientCnx cnx, int messages) {}
@@ -521,7 +529,7 @@ public final class EntryCopy {
     long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
     long sendWaitNanos;
     long readBackWaitNanos;  // the copy held back for its read-back (keepReadBackClose)
-    long throttleWaitNanos;  // the copy held back by the rate cap (ByteRate)
+    long throttleWaitNanos;  // the copy held back by the rate caps (RateLimit)
     final long[] sentAt = new long[SENT_TIMES];  // System.nanoTime() of the n-th entry sent, at n % SENT_TIMES
     final long[] sentUpTo = new long[SENT_TIMES];  // bytes sent up to the n-th entry (its own included), likewise
     long sentBytes;
@@ -950,9 +958,8 @@ public final class EntryCopy {
                 body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
             }
         }
-        ByteRate cap = rate;
-        if (cap != null) {  // every source byte read counts, copied or found on the target already
-            throttleWaitNanos += cap.take(source.bytes - bytesBefore);
+        if (byteRate != null || messageRate != null) {  // every source entry read counts, copied or found already
+            throttleWaitNanos += throttle(source.bytes - bytesBefore, count);
         }
         if (!sendIt) {
             skippedMessages += count;
@@ -1502,7 +1509,7 @@ public final class EntryCopy {
 
     /**
      * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
-     * "receiver_queue", "threads", optional "max_bytes_per_s" and "progress_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
+     * "receiver_queue", "threads", optional "max_bytes_per_s", "max_msgs_per_s" and "progress_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
      * ...] (a job's receiver_queue, in messages, overrides the common one). Every job
      * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
      * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
@@ -1516,8 +1523,8 @@ public final class EntryCopy {
             // Line 1: the clusters and settings; line 2: the jobs. The clients are built in between, while the
             // caller still reads each partition's resume point from the target.
             JsonNode common = JSON.readTree(input.readLine());
-            double maxBytesPerSecond = common.path("max_bytes_per_s").asDouble(0);
-            rate = maxBytesPerSecond > 0 ? new ByteRate(maxBytesPerSecond) : null;
+            byteRate = RateLimit.of(common.path("max_bytes_per_s").asDouble(0));
+            messageRate = RateLimit.of(common.path("max_msgs_per_s").asDouble(0));
             // The clients are not closed: their graceful shutdown takes seconds, and main() halts once every
             // result is out (every send was acknowledged by then).
             PulsarClientImpl src = (PulsarClientImpl) client(common.get("source"), "PM_SOURCE_TOKEN");
