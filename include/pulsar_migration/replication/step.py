@@ -136,6 +136,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         caps = spec.copy_caps if throttled and spec.replication_mode == "copy" else Caps()
         if caps and not in_driver:
             report.details["throttle"] = caps.as_report()
+            report.details["throttle"].update(intake_check(caps, src_admin, jobs, spec.admin_concurrency))
         outcomes = (replicate_in_driver(ctx, jobs, use_engine, engine_process) if in_driver
                     else replicate(ctx, jobs, use_engine, caps))
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
@@ -206,6 +207,42 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
         return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
+
+
+def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob], concurrency: int) -> dict[str, Any]:
+    """What the selected partitions take in now (their stats' msgThroughputIn and msgRateIn, as the broker last
+    computed them: every statsUpdateFrequencyInSecs, 60 s by default), and a warning when a cap is not above it:
+    such a copy falls further behind while it runs, and its lag_entries grow."""
+    def intake(job: PartitionJob) -> tuple[float, float]:
+        try:
+            stats = admin.get(f"{admin.topic_path(job.topic)}/stats")
+        except Exception:  # unknown: counted as nothing, the copy itself meets the problem and names it
+            log.debug("%s: no stats for the intake check", job.topic, exc_info=True)
+            return 0.0, 0.0
+        return float(stats.get("msgThroughputIn") or 0), float(stats.get("msgRateIn") or 0)
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
+        rates = list(pool.map(intake, jobs))
+    bytes_in, msgs_in = sum(r[0] for r in rates), sum(r[1] for r in rates)
+    out: dict[str, Any] = {"source_in_mb_per_s": round(bytes_in / 1e6, 3), "source_in_msgs_per_s": round(msgs_in, 1)}
+    warning = intake_warning(caps, bytes_in, msgs_in)
+    if warning:
+        log.warning("%s", warning)
+        out["warning"] = warning
+    return out
+
+
+def intake_warning(caps: Caps, bytes_in: float, msgs_in: float) -> str | None:
+    """One line when a cap is at or below the source's current intake (None: every cap is above it)."""
+    over = []
+    if caps.bytes_per_s is not None and bytes_in > 0 and caps.bytes_per_s <= bytes_in:
+        over.append(f"{caps.bytes_per_s / 1e6:g} MB/s against {bytes_in / 1e6:.3g} MB/s")
+    if caps.msgs_per_s is not None and msgs_in > 0 and caps.msgs_per_s <= msgs_in:
+        over.append(f"{caps.msgs_per_s:g} msgs/s against {msgs_in:.4g} msgs/s")
+    if not over:
+        return None
+    return (f"the copy's rate cap is not above what the source takes in now ({'; '.join(over)}): the copy will fall "
+            "further behind while it runs")
 
 
 def pending_entries(job: PartitionJob) -> int | None:
