@@ -81,7 +81,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     partition's bound, the target's last entry and its deduplication state as read right after the fence:
     the source is quiet then, and nothing else writes the target. `engine_process`: the cutover's copy engine,
     started before its catch-up, for the driver path's copies (the caller closes it). `throttled`: the Spark
-    path's copies keep to the spec's rate cap (options.copy_max_mb_per_s); the cutover's deltas do not."""
+    path's copies keep to the spec's rate caps (options.copy_max_mb_per_s, copy_max_msgs_per_s); the cutover's
+    deltas do not."""
     spec, report = ctx.spec, ctx.report
     report.details["mode"] = spec.replication_mode
     decide = in_driver == AUTO
