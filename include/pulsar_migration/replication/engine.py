@@ -139,7 +139,7 @@ class EngineResult:
     read_wait_s: float = 0.0  # of which its copy thread waited for the source, then for the target's receipts
     send_wait_s: float = 0.0
     read_back_wait_s: float = 0.0  # the copy held back for its read-back to keep up (reads from the broker's cache)
-    throttle_wait_s: float = 0.0  # the copy held back by the run's rate cap (options.copy_max_mb_per_s)
+    throttle_wait_s: float = 0.0  # the copy held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
     scan: EngineScan | None = None  # None: not asked for, or left to the Python path
 
     @classmethod

@@ -122,7 +122,7 @@ class PartitionOutcome:
     verified_by: str | None = None  # java (the engine's read-back of the target) or python
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
-    throttled_s: float = 0.0  # of copy_s, held back by the run's rate cap (options.copy_max_mb_per_s)
+    throttled_s: float = 0.0  # of copy_s, held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
     verify_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -486,7 +486,7 @@ def copy_partition(spec: MigrationSpec, job: PartitionJob, *, dry_run: bool, max
                    delivery_horizon_s: int, shared: SharedClients | None = None,
                    throttle: Throttle | None = None) -> tuple[PartitionOutcome, list[MapRow]]:
     """Copies one partition (unless the engine did: `job.engine`) and verifies it; never raises (failures are in
-    the outcome). `throttle`: the copier's part of the run's rate cap."""
+    the outcome). `throttle`: the copier's part of the run's rate caps."""
     return run_partition(spec, job, lambda task: _copy(task, dry_run, max_in_flight, delivery_horizon_s),
                          (ReadError, SendError, PositionError), shared, throttle)
 
@@ -882,17 +882,18 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                                  rest_undeliverable=rest_undeliverable)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
-                progress.read(message._message.length(), info.position)
+                size = message._message.length()
+                progress.read(size, info.position)
                 source_hash.add(message, new_entry=info.batch_index <= 0)
                 if task.throttle is not None and not dry_run:  # every source byte read, as the engine counts
-                    outcome.throttled_s += task.throttle.take(message._message.length(), 1)
+                    outcome.throttled_s += task.throttle.take(size, 1)
                 if resume_after is not None and info.position <= resume_after:
                     skipped += 1
                     continue
                 if sender is None:
                     outcome.copied_messages += 1
                     outcome.copied_entries += info.batch_index <= 0
-                    outcome.copied_bytes += message._message.length()
+                    outcome.copied_bytes += size
                     continue
                 sender.send(message, info, schema_version_of(message))
         source_last = check_source_intact(src_admin, job)

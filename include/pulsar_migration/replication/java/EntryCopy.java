@@ -740,12 +740,8 @@ public final class EntryCopy {
             if (raw == EntryRange.PAST_END) {
                 return;
             }
-            if (raw != null) {
-                if (range.take(raw, handler)) {
-                    return;
-                }
-                // The handler's own time (a send waiting for room, the rate cap) is not the source standing still.
-                range.idleSince = range.checkedAt = System.currentTimeMillis();
+            if (raw != null && range.take(raw, handler)) {
+                return;
             }
         }
     }
@@ -844,6 +840,8 @@ public final class EntryCopy {
                 return !handler.accept(raw) || end != null && compare(raw.ledger(), raw.entry(), end[0], end[1]) >= 0;
             } finally {
                 raw.data().release();
+                // The handler's own time (a send waiting for room, the rate caps) is not the topic standing still.
+                idleSince = checkedAt = System.currentTimeMillis();
             }
         }
     }
@@ -1509,8 +1507,9 @@ public final class EntryCopy {
 
     /**
      * Input, two lines: {"source": cluster, "target": cluster, "source_name", "target_name", "max_in_flight",
-     * "receiver_queue", "threads", optional "max_bytes_per_s", "max_msgs_per_s" and "progress_s"}, then [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"},
-     * ...] (a job's receiver_queue, in messages, overrides the common one). Every job
+     * "receiver_queue", "threads", optional "max_bytes_per_s", "max_msgs_per_s" and "progress_s"}, then
+     * [{"topic", "base_topic", "after", "resume_after", "upper", "receiver_queue"}, ...] (a job's receiver_queue, in
+     * messages, overrides the common one). Every job
      * runs on one pair of clients, `threads` at a time; each prints its line "PM-RESULT {json}" (with "error" when
      * it failed) as it ends, then "PM-DONE {json}" with the start-up times. Exit 1 only when nothing could start.
      */
