@@ -48,9 +48,18 @@ def test_the_intake_is_summed_over_the_partitions_and_a_missing_one_counts_nothi
     admin = StatsAdmin({"a": {"msgThroughputIn": 1_500_000.0, "msgRateIn": 300.0},
                         "b": {"msgThroughputIn": 1_000_000.0, "msgRateIn": 200.5}})
     jobs = [job("a"), job("b"), job("gone")]
-    assert intake_check(Caps(5e6, None), admin, jobs, 4) == {"source_in_mb_per_s": 2.5,  # type: ignore[arg-type]
-                                                             "source_in_msgs_per_s": 500.5}
+    intake, _ = intake_check(Caps(5e6, None), admin, jobs, 4)  # type: ignore[arg-type]
+    assert intake == {"source_in_mb_per_s": 2.5, "source_in_msgs_per_s": 500.5}
     with caplog.at_level(logging.WARNING, logger="pulsar_migration.replication.step"):
-        checked = intake_check(Caps(2e6, None), admin, jobs, 4)  # type: ignore[arg-type]
+        checked, _ = intake_check(Caps(2e6, None), admin, jobs, 4)  # type: ignore[arg-type]
     assert checked["warning"].startswith("the copy's rate cap is not above what the source takes in now (2 MB/s")
     assert [r.getMessage() for r in caplog.records] == [checked["warning"]]
+
+
+def test_the_same_stats_give_each_job_its_average_message_size() -> None:
+    """The engine sizes its readers by it: read here, it is not read again per partition (0.0: read, none counted;
+    None: not read, the engine reads it)."""
+    admin = StatsAdmin({"a": {"msgThroughputIn": 0, "msgRateIn": 0, "msgInCounter": 4, "bytesInCounter": 4096},
+                        "b": {"msgThroughputIn": 0, "msgRateIn": 0}})
+    _, jobs = intake_check(Caps(5e6, None), admin, [job("a"), job("b"), job("gone")], 2)  # type: ignore[arg-type]
+    assert [(j.topic, j.average_message_bytes) for j in jobs] == [("a", 1024.0), ("b", 0.0), ("gone", None)]

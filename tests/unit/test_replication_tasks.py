@@ -9,8 +9,10 @@ from pulsar_migration.replication.step import (
     ENGINE_PARTITIONS_PER_PROCESS,
     PYTHON_TASKS_PER_SLOT,
     engine_processes,
+    task_caps,
     task_groups,
 )
+from pulsar_migration.throttle import Caps
 
 
 def jobs(n: int) -> list[PartitionJob]:
@@ -39,3 +41,11 @@ def test_engine_processes_grow_with_partitions_up_to_the_slots() -> None:
     assert engine_processes(1214, 2) == 2  # was 38 processes on 2 slots
     assert engine_processes(1214, 64) == 38
     assert engine_processes(5, 0) == 1
+
+
+def test_a_cap_is_shared_by_the_tasks_that_run_at_once() -> None:
+    caps = Caps(8e6, 1000)
+    assert task_caps(caps, 1, 2) == Caps(8e6, 1000)  # one task: it gets the whole cap
+    assert task_caps(caps, 2, 2) == Caps(4e6, 500)
+    assert task_caps(caps, 4 * PYTHON_TASKS_PER_SLOT, 2) == Caps(4e6, 500)  # queued tasks wait for a slot
+    assert task_caps(Caps(), 3, 2) == Caps()

@@ -102,11 +102,11 @@ def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, range
     """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated).
     Partitions are read in a few tasks per Spark slot, each on one client: a task and a client per partition took
     the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""
-    from pulsar_migration.replication.step import task_groups
+    from pulsar_migration.replication.step import task_caps, task_groups
 
     slots = spark.sparkContext.defaultParallelism
     groups = task_groups([wr for wr in ranges if not wr.empty], slots)
-    read = read_window_rows(spec, window, spec.copy_caps.share(min(len(groups), slots)), held_back)
+    read = read_window_rows(spec, window, task_caps(spec.copy_caps, len(groups), slots), held_back)
     rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
            .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())

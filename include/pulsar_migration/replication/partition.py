@@ -81,6 +81,9 @@ class PartitionJob:
     target_last_known: bool = False
     # The copy phase already done by the Java engine (engine_phase), for the verification to judge.
     engine: EngineCopy | None = None
+    # The source partition's average message size when the driver already read its stats (the rate caps' intake
+    # check): 0.0 read and unknown, None not read (engine_phase reads it then).
+    average_message_bytes: float | None = None
 
     @property
     def base_topic(self) -> str:
@@ -659,7 +662,11 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
 
 def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
     """The source partition's average message size from its counters since it was loaded (None: unknown)."""
-    stats = admin.get(f"{admin.topic_path(topic)}/stats")
+    return average_from_stats(admin.get(f"{admin.topic_path(topic)}/stats"))
+
+
+def average_from_stats(stats: dict[str, Any]) -> float | None:
+    """The average message size a partition's stats give (None: no message counted since it was loaded)."""
     messages, size = int(stats.get("msgInCounter") or 0), int(stats.get("bytesInCounter") or 0)
     return size / messages if messages else None
 
@@ -705,7 +712,9 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     return
                 # Every partition, whatever its messages' size: batches of 16 KiB messages went through the Python
                 # path for its 1.06-1.13x speed there until 2026-11-26, and lost Java producers' binary-key flag.
-                average = average_message_bytes(active.src_admin, job.topic)
+                average = job.average_message_bytes
+                if average is None:
+                    average = average_message_bytes(active.src_admin, job.topic)
                 todo[job.topic] = (job, resume_point(task, mark=True), receiver_queue_for(average))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)

@@ -30,6 +30,7 @@ from pulsar_migration.replication.partition import (
     PartitionJob,
     PartitionOutcome,
     SharedClients,
+    average_from_stats,
     copy_partition,
     engine_group,
     engine_phase,
@@ -137,7 +138,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         caps = spec.copy_caps if throttled and spec.replication_mode == "copy" else Caps()
         if caps and not in_driver:
             report.details["throttle"] = caps.as_report()
-            report.details["throttle"].update(intake_check(caps, src_admin, jobs, spec.admin_concurrency))
+            intake, jobs = intake_check(caps, src_admin, jobs, spec.admin_concurrency)
+            report.details["throttle"].update(intake)
         outcomes = (replicate_in_driver(ctx, jobs, use_engine, engine_process) if in_driver
                     else replicate(ctx, jobs, use_engine, caps))
         report.details["replicate_s"] = round(time.monotonic() - started, 3)
@@ -210,17 +212,20 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
         return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
 
 
-def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob], concurrency: int) -> dict[str, Any]:
+def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob],
+                 concurrency: int) -> tuple[dict[str, Any], list[PartitionJob]]:
     """What the selected partitions take in now (their stats' msgThroughputIn and msgRateIn, as the broker last
     computed them: every statsUpdateFrequencyInSecs, 60 s by default), and a warning when a cap is not above it:
-    such a copy falls further behind while it runs, and its lag_entries grow."""
-    def intake(job: PartitionJob) -> tuple[float, float]:
+    such a copy falls further behind while it runs, and its lag_entries grow. Returns that and the jobs with the
+    average message size the same stats give (the engine sizes its readers by it instead of reading them again)."""
+    def intake(job: PartitionJob) -> tuple[float, float, PartitionJob]:
         try:
             stats = admin.get(f"{admin.topic_path(job.topic)}/stats")
         except Exception:  # unknown: counted as nothing, the copy itself meets the problem and names it
             log.debug("%s: no stats for the intake check", job.topic, exc_info=True)
-            return 0.0, 0.0
-        return float(stats.get("msgThroughputIn") or 0), float(stats.get("msgRateIn") or 0)
+            return 0.0, 0.0, job
+        return (float(stats.get("msgThroughputIn") or 0), float(stats.get("msgRateIn") or 0),
+                replace(job, average_message_bytes=average_from_stats(stats) or 0.0))
 
     with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
         rates = list(pool.map(intake, jobs))
@@ -230,7 +235,7 @@ def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob], concu
     if warning:
         log.warning("%s", warning)
         out["warning"] = warning
-    return out
+    return out, [r[2] for r in rates]
 
 
 def intake_warning(caps: Caps, bytes_in: float, msgs_in: float) -> str | None:
@@ -378,6 +383,12 @@ def task_groups(jobs: list[Job], slots: int) -> list[list[Job]]:
     return [jobs[i::tasks] for i in range(tasks)]
 
 
+def task_caps(caps: Caps, tasks: int, slots: int) -> Caps:
+    """Each task's part of the run's rate caps when `tasks` tasks share `slots` Spark slots: at most that many run
+    at once, and a task's part must hold while the others run."""
+    return caps.share(min(tasks, slots))
+
+
 def _partition_task(spec: MigrationSpec, dry_run: bool, shared: SharedClients | None = None,
                     caps: Caps | None = None) -> Any:
     """The Python path's task body; `caps`: each task's part of the run's rate caps, shared by its partitions."""
@@ -436,7 +447,7 @@ def replicate(ctx: StepContext, jobs: list[PartitionJob], use_engine: bool = Fal
     if jobs:
         slots = spark.sparkContext.defaultParallelism
         groups = task_groups(jobs, slots)
-        part = caps.share(min(len(groups), slots))
+        part = task_caps(caps, len(groups), slots)
         if part and not ctx.dry_run:
             ctx.report.details.setdefault("throttle", {})["python_task"] = part.as_report()
         task = _partition_task(ctx.spec, ctx.dry_run, caps=part)
