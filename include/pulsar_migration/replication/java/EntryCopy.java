@@ -938,6 +938,11 @@ public final class EntryCopy {
                 try {
                     source.add(single, message, hashedVersion);
                     if (sendIt) {
+                        List<String[]> kept = withoutOwnProperties(single.getPropertiesList());
+                        if (kept != null) {
+                            single.clearProperties();
+                            kept.forEach(kv -> single.addProperty().setKey(kv[0]).setValue(kv[1]));
+                        }
                         single.addProperty().setKey(SOURCE_TAG).setValue(tagPrefix + i + tagSuffix);
                         single.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                         // LightProto writes without growing the buffer: make room first.
@@ -951,6 +956,12 @@ public final class EntryCopy {
         } else {
             source.add(md, payload, hashedVersion);
             if (sendIt) {
+                List<String[]> kept = withoutOwnProperties(out.getPropertiesList());
+                if (kept != null) {
+                    MessageMetadata target = out;
+                    target.clearProperties();
+                    kept.forEach(kv -> target.addProperty().setKey(kv[0]).setValue(kv[1]));
+                }
                 out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                 body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
@@ -1490,6 +1501,30 @@ public final class EntryCopy {
                 errors.add(text);
             }
         }
+    }
+
+    /**
+     * A message's properties without those under the copy's own two names (null: it has none). A message copied
+     * before carries them (a tenant moved on from the cluster it was moved to, or back): the copy's pair replaces
+     * them. Beside them, a client saw one pair or the other (C++ the first, Java the last) and the read-back and
+     * the resume took a stale position for the copy's. Hashes leave these names out on both sides.
+     */
+    static List<String[]> withoutOwnProperties(List<KeyValue> properties) {
+        List<String[]> kept = null;
+        for (int i = 0, n = properties.size(); i < n; i++) {
+            String key = properties.get(i).getKey();
+            if (key.equals(SOURCE_TAG) || key.equals(SOURCE_PUBLISH_TIME)) {
+                if (kept == null) {
+                    kept = new ArrayList<>();
+                    for (int j = 0; j < i; j++) {
+                        kept.add(new String[] {properties.get(j).getKey(), properties.get(j).getValue()});
+                    }
+                }
+            } else if (kept != null) {
+                kept.add(new String[] {key, properties.get(i).getValue()});
+            }
+        }
+        return kept;
     }
 
     static boolean added(String key) {
