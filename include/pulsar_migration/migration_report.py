@@ -115,11 +115,13 @@ def _replication(report: Mapping[str, Any]) -> dict[str, Any]:
     throttle = details.get("throttle") or {}
     return {"mb_per_s": details.get("mb_per_s"), "copy_engine": details.get("copy_engine"),
             "cap_mb_per_s": throttle.get("max_mb_per_s"), "cap_msgs_per_s": throttle.get("max_msgs_per_s"),
-            "held_back_s": throttle.get("held_back_s")}
+            "held_back_s": throttle.get("held_back_s"),
+            "trim_warning": (details.get("trim_risk") or {}).get("warning")}
 
 
 def _copy_note(replication: Mapping[str, Any]) -> str:
-    """One line under the partitions: how fast, through what, and the rate cap if there was one."""
+    """One line under the partitions: how fast, through what, the rate cap if there was one, and the warning of
+    topics the target may trim (replication.trim_risk)."""
     parts = []
     if replication["mb_per_s"] is not None:
         engine = f" through the {replication['copy_engine']} path" if replication["copy_engine"] else ""
@@ -128,6 +130,8 @@ def _copy_note(replication: Mapping[str, Any]) -> str:
     caps = [f"{_cell(replication[key])} {unit}" for key, unit in units if replication.get(key) is not None]
     if caps:
         parts.append(f"rate cap {' and '.join(caps)}, copies held back {_cell(replication['held_back_s'])} s in all")
+    if replication.get("trim_warning"):
+        parts.append(f"warning: {replication['trim_warning']}")
     return "; ".join(parts)
 
 

@@ -29,7 +29,9 @@ def run_dir(tmp_path: Path) -> Path:
             {"topic": "persistent://acme/ns/u", "status": "ok", "source_messages": 2, "copied_messages": 2,
              "target_messages": 2, "source_hash": HASH_A, "target_hash": HASH_B}],
             "mb_per_s": 12.5, "copy_engine": "java",
-            "throttle": {"max_mb_per_s": 20.0, "max_msgs_per_s": 5000, "held_back_s": 3.25}}),
+            "throttle": {"max_mb_per_s": 20.0, "max_msgs_per_s": 5000, "held_back_s": 3.25},
+            "trim_risk": {"count": 1, "topics": ["persistent://acme/ns/u"],
+                          "warning": "1 topic(s) keep no retention"}}),
         "sync_progress": step_report("sync_progress", details={"subscriptions": [
             {"topic": "persistent://acme/ns/t", "subscription": "s", "lost": 0, "duplicated": 1}]}),
         "switch_lookup": step_report("switch_lookup", details={
@@ -57,7 +59,7 @@ def test_gathers_counts_hashes_subscriptions_and_the_cutover(run_dir: Path) -> N
     markdown = Path(written["markdown"]).read_text()
     assert "| persistent://acme/ns/u | ok | 2 | 2 | 2 | aaaaaaaaaaaaaaaa | bbbbbbbbbbbbbbbb | NO |" in markdown
     assert ("copied at 12.5 MB/s through the java path; rate cap 20 MB/s and 5000 msgs/s, copies held back 3.25 s "
-            "in all") in markdown
+            "in all; warning: 1 topic(s) keep no retention") in markdown
     page = Path(written["html"]).read_text()
     assert "acme&lt;b&gt;" in page and "acme<b>" not in page  # names are escaped, never markup
 

@@ -35,6 +35,7 @@ from pulsar_migration.replication.partition import (
     engine_group,
     engine_phase,
 )
+from pulsar_migration.replication.trim_risk import trim_risk
 from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
@@ -117,6 +118,10 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
                  spec.replication_mode, "; map continues from an earlier run" if ends else "")
         if not jobs:
             return
+        if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
+            risk = trim_risk(tgt_admin, [job.base_topic for job in jobs if job.target_exists], spec.admin_concurrency)
+            if risk:
+                report.details["trim_risk"] = risk
         if not ctx.dry_run:
             started = time.monotonic()
             running = {t for t, state in snapshot.target.items() if state.deduplicating} if snapshot else set()

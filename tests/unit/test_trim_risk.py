@@ -1,0 +1,65 @@
+"""Which target topics the broker may trim behind deduplication's cursor (replication.trim_risk): no retention and no
+subscription. A fake admin answers the policy and subscription reads here; the real brokers' answers are in
+tests/integration/test_trim_risk.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from pulsar_migration.admin import NotFound
+from pulsar_migration.replication.trim_risk import keeps_nothing, trim_risk
+
+KEEPS = {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
+NOTHING = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
+
+
+class PolicyAdmin:
+    name = "cluster-b"
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.calls: list[str] = []
+
+    def topic_path(self, topic: str) -> str:
+        return "/persistent/" + topic.split("://", 1)[1]
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        self.calls.append(path)
+        if path not in self.answers:
+            raise NotFound(path)
+        return self.answers[path]
+
+
+def test_a_policy_keeps_messages_only_with_both_limits_above_zero() -> None:
+    assert keeps_nothing({}) and keeps_nothing(NOTHING)
+    assert keeps_nothing({"retentionTimeInMinutes": 60, "retentionSizeInMB": 0})
+    assert not keeps_nothing(KEEPS) and not keeps_nothing({"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+
+
+def test_only_topics_held_by_nothing_are_named_and_a_keeping_namespace_costs_one_call(
+        caplog: pytest.LogCaptureFixture) -> None:
+    admin = PolicyAdmin({
+        "/namespaces/t/kept/retention": KEEPS,
+        "/namespaces/t/bare/retention": None,  # no namespace policy: the topics' applied ones decide
+        "/persistent/t/bare/subscribed/subscriptions": ["s1"],
+        "/persistent/t/bare/alone/subscriptions": [],
+        "/persistent/t/bare/alone/retention": NOTHING,
+        "/persistent/t/bare/own-policy/subscriptions": [],
+        "/persistent/t/bare/own-policy/retention": KEEPS,
+    })
+    topics = [f"persistent://t/{name}" for name in
+              ("kept/a", "kept/b", "bare/subscribed", "bare/alone", "bare/own-policy", "bare/gone")]
+    with caplog.at_level(logging.WARNING, logger="pulsar_migration.replication.trim_risk"):
+        risk = trim_risk(admin, topics, 4)  # type: ignore[arg-type]
+    assert risk is not None and risk["count"] == 1 and risk["topics"] == ["persistent://t/bare/alone"]
+    assert risk["warning"].startswith(
+        "1 topic(s) keep no retention and have no subscription on cluster-b (t/bare/alone)")
+    assert [r.getMessage() for r in caplog.records] == [risk["warning"]]
+    assert not [c for c in admin.calls if c.startswith("/persistent/t/kept/")]
+
+
+def test_nothing_to_say_when_every_topic_is_held() -> None:
+    admin = PolicyAdmin({"/namespaces/t/kept/retention": KEEPS})
+    assert trim_risk(admin, ["persistent://t/kept/a"], 2) is None  # type: ignore[arg-type]
