@@ -75,3 +75,21 @@ def test_other_server_errors_keep_the_usual_retries(monkeypatch) -> None:
     with pytest.raises(admin_module.AdminError, match="something else"):
         client.get("/x")
     assert client._session.calls == 3  # type: ignore[attr-defined]
+
+
+def test_a_topic_between_owners_is_asked_again_and_other_412s_are_final(monkeypatch) -> None:
+    """A namespace unload answers "Can't find owner" for a moment (HTTP 412); a 412 of another kind is the
+    broker's refusal and stays one."""
+    import pytest
+    from pulsar_migration import admin as admin_module
+
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
+    no_owner = b'{"reason": "Can\'t find owner for topic persistent://t/ns/x"}'
+    client._session = _Answers([(412, no_owner)] * 4 + [(200, b'{"ledgerId": 3, "entryId": 9}')])  # type: ignore[assignment]
+    assert client.get("/persistent/t/ns/x/lastMessageId") == {"ledgerId": 3, "entryId": 9}
+    assert client._session.calls == 5  # type: ignore[attr-defined]
+    client._session = _Answers([(412, b'{"reason": "Topic has active producers"}')])  # type: ignore[assignment]
+    with pytest.raises(admin_module.AdminError, match="active producers"):
+        client.get("/persistent/t/ns/x/lastMessageId")
+    assert client._session.calls == 1  # type: ignore[attr-defined]
