@@ -116,7 +116,8 @@ def _replication(report: Mapping[str, Any]) -> dict[str, Any]:
     return {"mb_per_s": details.get("mb_per_s"), "copy_engine": details.get("copy_engine"),
             "cap_mb_per_s": throttle.get("max_mb_per_s"), "cap_msgs_per_s": throttle.get("max_msgs_per_s"),
             "held_back_s": throttle.get("held_back_s"),
-            "trim_warning": (details.get("trim_risk") or {}).get("warning")}
+            "trim_warning": (details.get("trim_risk") or {}).get("warning"),
+            "trimmed_warning": (details.get("trim_risk") or {}).get("trimmed_warning")}
 
 
 def _copy_note(replication: Mapping[str, Any]) -> str:
@@ -130,8 +131,9 @@ def _copy_note(replication: Mapping[str, Any]) -> str:
     caps = [f"{_cell(replication[key])} {unit}" for key, unit in units if replication.get(key) is not None]
     if caps:
         parts.append(f"rate cap {' and '.join(caps)}, copies held back {_cell(replication['held_back_s'])} s in all")
-    if replication.get("trim_warning"):
-        parts.append(f"warning: {replication['trim_warning']}")
+    for key in ("trim_warning", "trimmed_warning"):
+        if replication.get(key):
+            parts.append(f"warning: {replication[key]}")
     return "; ".join(parts)
 
 

@@ -1,7 +1,8 @@
 """A copied topic with no retention and no subscription on the target (real brokers): the step names it in one
-warning (log and report, dry run included), and what it warns of happens. Deduplication's cursor, which the copy
-brings, lets the target broker delete copied messages at a ledger roll while the source keeps them; a topic with a
-subscription (sync_metadata creates it at the earliest entry) or in a namespace with retention keeps them all."""
+warning (log and report, dry run included), what it warns of happens, and the next run says that it did.
+Deduplication's cursor, which the copy brings, lets the target broker delete copied messages at a ledger roll while
+the source keeps them; a topic with a subscription (sync_metadata creates it at the earliest entry) or in a namespace
+with retention keeps them all."""
 
 from __future__ import annotations
 
@@ -70,6 +71,14 @@ def test_topics_the_target_may_trim_are_named_and_the_trim_is_real(
         assert len(drain(cluster_b, alone)) < 2 * ROUND  # the target deleted copied messages behind the cursor
         for topic in (held, kept):
             assert len(drain(cluster_b, topic)) == 2 * ROUND
+
+        # The next run sees it: the target no longer has the lowest ledger the map holds for that partition.
+        assert step(spec, tmp_path / "run") == 0  # not a failure: the copy goes on from the map's end
+        risk = report(tmp_path / "run")["details"]["trim_risk"]
+        assert risk["trimmed_count"] == 1 and [t["topic"] for t in risk["trimmed"]] == [alone]
+        assert risk["trimmed"][0]["first_ledger"] > risk["trimmed"][0]["map_first_ledger"]
+        assert risk["trimmed_warning"].startswith(
+            f"1 target partition(s) no longer hold messages this tool copied there (first: {alone}")
     finally:
         for admin in (admin_a, admin_b):
             if tenant in admin.get("/tenants"):

@@ -70,8 +70,9 @@ def test_map_end_is_the_last_target_entry_per_topic(spark: SparkSession) -> None
 
     df = spark.createDataFrame([row("a", 5, 9, 1, 1), row("a", 6, 0, 1, 2), row("a", 5, 10, 1, 0),
                                 row("b", 2, 2, 9, 9)], MAP_SCHEMA)
-    ends = {r.topic: (r.target_ledger, r.target_entry, r.source_ledger, r.source_entry) for r in map_ends(df).collect()}
-    assert ends == {"a": (6, 0, 1, 2), "b": (2, 2, 9, 9)}
+    ends = {r.topic: (r.target_ledger, r.target_entry, r.source_ledger, r.source_entry, r.first_target_ledger)
+            for r in map_ends(df).collect()}
+    assert ends == {"a": (6, 0, 1, 2, 5), "b": (2, 2, 9, 9, 2)}  # and the lowest target ledger mapped
 
 
 def test_in_flight_admits_whole_entries_and_an_oversized_one_alone() -> None:

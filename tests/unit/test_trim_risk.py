@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from pulsar_migration.admin import NotFound
-from pulsar_migration.replication.trim_risk import keeps_nothing, trim_risk
+from pulsar_migration.replication.trim_risk import keeps_nothing, trim_risk, trimmed, unprotected_topics
 
 KEEPS = {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
 NOTHING = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
@@ -51,15 +51,24 @@ def test_only_topics_held_by_nothing_are_named_and_a_keeping_namespace_costs_one
     })
     topics = [f"persistent://t/{name}" for name in
               ("kept/a", "kept/b", "bare/subscribed", "bare/alone", "bare/own-policy", "bare/gone")]
+    bare = unprotected_topics(admin, topics, 4)  # type: ignore[arg-type]
+    assert bare == ["persistent://t/bare/alone"]
+    assert not [c for c in admin.calls if c.startswith("/persistent/t/kept/")]
     with caplog.at_level(logging.WARNING, logger="pulsar_migration.replication.trim_risk"):
-        risk = trim_risk(admin, topics, 4)  # type: ignore[arg-type]
-    assert risk is not None and risk["count"] == 1 and risk["topics"] == ["persistent://t/bare/alone"]
+        risk = trim_risk("cluster-b", bare)
+    assert risk is not None and risk["count"] == 1 and risk["topics"] == bare
     assert risk["warning"].startswith(
         "1 topic(s) keep no retention and have no subscription on cluster-b (t/bare/alone)")
     assert [r.getMessage() for r in caplog.records] == [risk["warning"]]
-    assert not [c for c in admin.calls if c.startswith("/persistent/t/kept/")]
+    assert trim_risk("cluster-b", []) is None
 
 
-def test_nothing_to_say_when_every_topic_is_held() -> None:
-    admin = PolicyAdmin({"/namespaces/t/kept/retention": KEEPS})
-    assert trim_risk(admin, ["persistent://t/kept/a"], 2) is None  # type: ignore[arg-type]
+def test_a_partition_without_the_lowest_ledger_its_map_holds_was_trimmed() -> None:
+    admin = PolicyAdmin({
+        "/persistent/t/bare/a-partition-0/internalStats": {"ledgers": [{"ledgerId": 9}, {"ledgerId": 12}]},
+        "/persistent/t/bare/a-partition-1/internalStats": {"ledgers": [{"ledgerId": 7}, {"ledgerId": 12}]},
+        "/persistent/t/bare/b/internalStats": {"ledgers": []},
+    })
+    mapped = [("persistent://t/bare/a-partition-0", 7), ("persistent://t/bare/a-partition-1", 7),
+              ("persistent://t/bare/b", 3), ("persistent://t/bare/gone", 3)]
+    assert trimmed(admin, mapped, 2) == [("persistent://t/bare/a-partition-0", 9, 7)]  # type: ignore[arg-type]

@@ -81,10 +81,12 @@ class MapRow:
 
 @dataclass(frozen=True)
 class MapEnd:
-    """The last mapped entry of one partition on both sides."""
+    """The last mapped entry of one partition on both sides, and the lowest target ledger the map holds entries
+    of (-1: not read), which the target must still have unless something consumed them (trim_risk)."""
 
     target: Position
     source: Position
+    first_target_ledger: int = -1
 
 
 def location(run_dir: str) -> str:
@@ -105,12 +107,15 @@ def read_map(spark: SparkSession, run_dir: str) -> DataFrame | None:
 
 
 def map_ends(position_map: DataFrame) -> DataFrame:
-    """Per topic, the last target entry and the source entry it holds (max by target position)."""
+    """Per topic, the last target entry and the source entry it holds (max by target position), and the lowest
+    target ledger mapped."""
     last = F.max(F.struct("target_ledger", "target_entry", "source_ledger", "source_entry")).alias("last")
-    return position_map.groupBy("topic").agg(last).select(
+    first = F.min("target_ledger").alias("first_target_ledger")
+    return position_map.groupBy("topic").agg(last, first).select(
         "topic",
         F.col("last.target_ledger").alias("target_ledger"), F.col("last.target_entry").alias("target_entry"),
         F.col("last.source_ledger").alias("source_ledger"), F.col("last.source_entry").alias("source_entry"),
+        "first_target_ledger",
     )
 
 
@@ -118,8 +123,8 @@ def collect_ends(spark: SparkSession, run_dir: str) -> dict[str, MapEnd]:
     position_map = read_map(spark, run_dir)
     if position_map is None:
         return {}
-    return {row.topic: MapEnd(Position(row.target_ledger, row.target_entry), Position(row.source_ledger,
-                                                                                          row.source_entry))
+    return {row.topic: MapEnd(Position(row.target_ledger, row.target_entry),
+                              Position(row.source_ledger, row.source_entry), row.first_target_ledger)
             for row in map_ends(position_map).collect()}
 
 
@@ -207,8 +212,9 @@ def ends_local(run_dir: str) -> dict[str, MapEnd]:
     if frame is None or frame.empty:
         return {}
     last = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").tail(1)
+    first = frame.groupby("topic")["target_ledger"].min()
     return {row.topic: MapEnd(Position(int(row.target_ledger), int(row.target_entry)),
-                              Position(int(row.source_ledger), int(row.source_entry)))
+                              Position(int(row.source_ledger), int(row.source_entry)), int(first[row.topic]))
             for row in last.itertuples(index=False)}
 
 

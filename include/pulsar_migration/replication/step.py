@@ -20,7 +20,7 @@ from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
-from pulsar_migration.replication import posmap
+from pulsar_migration.replication import posmap, trim_risk
 from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
     ENGINE_DONE,
@@ -35,7 +35,6 @@ from pulsar_migration.replication.partition import (
     engine_group,
     engine_phase,
 )
-from pulsar_migration.replication.trim_risk import trim_risk
 from pulsar_migration.report import stable_hash
 from pulsar_migration.snapshot import FenceSnapshot
 from pulsar_migration.spec import MigrationSpec
@@ -119,9 +118,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if not jobs:
             return
         if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
-            risk = trim_risk(tgt_admin, [job.base_topic for job in jobs if job.target_exists], spec.admin_concurrency)
-            if risk:
-                report.details["trim_risk"] = risk
+            check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
             started = time.monotonic()
             running = {t for t, state in snapshot.target.items() if state.deduplicating} if snapshot else set()
@@ -215,6 +212,30 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
         return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
+
+
+def check_trim(details: dict[str, Any], admin: PulsarAdmin, jobs: list[PartitionJob], ends: dict[str, posmap.MapEnd],
+               concurrency: int) -> None:
+    """The warning of target topics the broker may trim (replication.trim_risk), and a second one when it already
+    did: a partition of such a topic without the lowest ledger its map holds. Not a failure: Pulsar keeps no
+    promise for messages nothing subscribes to or retains, and the copy goes on from the map's end (a target
+    trimmed this way is still the topic the map describes)."""
+    bare = trim_risk.unprotected_topics(admin, sorted({job.base_topic for job in jobs if job.target_exists}),
+                                        concurrency)
+    risk = trim_risk.trim_risk(admin.name, bare)
+    if not risk:
+        return
+    details["trim_risk"] = risk
+    held = set(bare)
+    mapped = [(job.topic, ends[job.topic].first_target_ledger) for job in jobs
+              if job.base_topic in held and job.topic in ends and ends[job.topic].first_target_ledger >= 0]
+    lost = trim_risk.trimmed(admin, mapped, concurrency) if mapped else []
+    if lost:
+        risk["trimmed"] = [{"topic": t, "first_ledger": first, "map_first_ledger": mapped_first}
+                           for t, first, mapped_first in lost[:trim_risk.LISTED]]
+        risk["trimmed_count"] = len(lost)
+        risk["trimmed_warning"] = trim_risk.trimmed_line(lost)
+        log.warning("%s", risk["trimmed_warning"])
 
 
 def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob],

@@ -57,14 +57,38 @@ def unprotected_topics(admin: PulsarAdmin, topics: list[str], concurrency: int) 
         return [t for t, bare in zip(candidates, pool.map(unprotected, candidates), strict=True) if bare]
 
 
-def trim_risk(admin: PulsarAdmin, topics: list[str], concurrency: int) -> dict[str, Any] | None:
-    """The report's `trim_risk` (None: every topic is held), its warning also logged."""
-    bare = unprotected_topics(admin, sorted(set(topics)), concurrency)
+def trim_risk(admin_name: str, bare: list[str]) -> dict[str, Any] | None:
+    """The report's `trim_risk` for the topics unprotected_topics found (None: none), its warning also logged."""
     if not bare:
         return None
     names = ", ".join(t.split("://", 1)[-1] for t in bare[:LISTED]) + (", ..." if len(bare) > LISTED else "")
-    warning = (f"{len(bare)} topic(s) keep no retention and have no subscription on {admin.name} ({names}): "
+    warning = (f"{len(bare)} topic(s) keep no retention and have no subscription on {admin_name} ({names}): "
                "deduplication's cursor lets the broker delete their copied messages at the next ledger roll "
                "(an unload, a restart); set a retention policy on their namespace(s) for the migration")
     log.warning("%s", warning)
     return {"count": len(bare), "topics": bare[:LISTED], "warning": warning}
+
+
+def trimmed(admin: PulsarAdmin, mapped: list[tuple[str, int]], concurrency: int) -> list[tuple[str, int, int]]:
+    """Of `mapped` (a partition of an unprotected topic, the lowest target ledger its map holds), those whose target
+    no longer has that ledger: (partition, its first ledger now, the map's). Nothing consumed them there."""
+    def first_ledger(item: tuple[str, int]) -> int | None:
+        try:
+            ledgers = admin.get(f"{admin.topic_path(item[0])}/internalStats").get("ledgers") or []
+        except NotFound:  # deleted since: the copy's own check of the target's identity names it
+            return None
+        return min((int(ledger["ledgerId"]) for ledger in ledgers), default=None)
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(mapped)))) as pool:
+        firsts = list(pool.map(first_ledger, mapped))
+    return [(topic, first, mapped_first) for (topic, mapped_first), first in zip(mapped, firsts, strict=True)
+            if first is not None and first > mapped_first]
+
+
+def trimmed_line(lost: list[tuple[str, int, int]]) -> str:
+    topic, first, mapped_first = lost[0]
+    return (f"{len(lost)} target partition(s) no longer hold messages this tool copied there (first: {topic}, "
+            f"whose first ledger now is {first}; the position map holds entries from ledger {mapped_first} on): "
+            "with no retention and no subscription the broker deleted them at a ledger roll, while the source "
+            "still has them; to have them again, give the namespace a retention policy, delete those target "
+            "topics and copy them again into a new run directory")
