@@ -73,6 +73,12 @@ def source_tenant(admin: PulsarAdmin, cluster: LocalCluster, tenant: str, namesp
     return tenant
 
 
+def create_topics(admin: PulsarAdmin, *topics: str) -> None:
+    """Creates each `persistent://...` topic, non-partitioned, on `admin`'s cluster."""
+    for topic in topics:
+        admin.put(admin.topic_path(topic))
+
+
 def delivery_time_ms(admin: PulsarAdmin, topic: str, message: dict[str, Any]) -> int:
     """The delivery time stored with a drained message (its entry's X-Pulsar-deliver-at-time header)."""
     headers = admin.entry_headers(topic, *message["entry"])

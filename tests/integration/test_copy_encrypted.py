@@ -16,7 +16,7 @@ from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import client, drain, source_tenant
+from tests.integration.replication_helpers import client, create_topics, drain, source_tenant
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
@@ -37,8 +37,7 @@ def test_encrypted_messages_fail_their_partition_in_one_line_and_an_excluded_top
 ) -> None:
     tenant = source_tenant(admin_a, cluster_a, unique("it-encrypted"))
     secret, plain = f"persistent://{tenant}/ns/secret", f"persistent://{tenant}/ns/plain"
-    for topic in (secret, plain):
-        admin_a.put(f"/persistent/{topic.removeprefix('persistent://')}")
+    create_topics(admin_a, secret, plain)
     keys = key_pair(tmp_path)
     c = client(cluster_a)
     try:

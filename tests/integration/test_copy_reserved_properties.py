@@ -19,7 +19,7 @@ from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import client, drain, source_tenant
+from tests.integration.replication_helpers import client, create_topics, drain, source_tenant
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
@@ -38,8 +38,7 @@ def test_the_copys_own_properties_replace_those_a_source_message_already_carries
 ) -> None:
     tenant = source_tenant(admin_a, cluster_a, unique("it-reserved"))
     whole, handed = f"persistent://{tenant}/ns/whole", f"persistent://{tenant}/ns/handed"
-    for topic in (whole, handed):
-        admin_a.put(f"/persistent/{topic.removeprefix('persistent://')}")
+    create_topics(admin_a, whole, handed)
     c = client(cluster_a)
     batched = c.create_producer(whole, batching_enabled=True, batching_max_messages=10,
                                 batching_max_publish_delay_ms=50, block_if_queue_full=True)

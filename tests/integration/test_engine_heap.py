@@ -19,6 +19,7 @@ from pulsar_migration.stepjob import run_step
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, source_tenant
 from tests.integration.tenant_builders import write_spec
+from tests.integration.test_replicate_topics import cleanup
 
 PARTITIONS = 200
 
@@ -54,6 +55,4 @@ def test_an_engine_process_copies_many_partitions_in_a_small_heap(
         assert sum(r.copied_messages for r in results.values()) == PARTITIONS  # type: ignore[union-attr]
         assert all(r.scan is not None and r.scan.hash == r.source_hash for r in results.values())  # type: ignore[union-attr]
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a, admin_b)

@@ -15,10 +15,11 @@ from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import client, drain
+from tests.integration.replication_helpers import client, create_topics, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
+from tests.integration.test_replicate_topics import cleanup
 
 ROUND = 1_500  # unbatched entries a round: past deduplication's snapshot interval (1,000 entries)
 
@@ -45,8 +46,7 @@ def test_topics_the_target_may_trim_are_named_and_the_trim_is_real(
     admin_a.put(f"/namespaces/{tenant}/kept")
     admin_a.post(f"/namespaces/{tenant}/kept/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
     alone, held, kept = (f"persistent://{tenant}/{name}" for name in ("bare/alone", "bare/held", "kept/k"))
-    for topic in (alone, held, kept):
-        admin_a.put(f"/persistent/{topic.removeprefix('persistent://')}")
+    create_topics(admin_a, alone, held, kept)
     admin_a.put(f"/persistent/{tenant}/bare/held/subscription/s1", {"ledgerId": -1, "entryId": -1})
     produce(cluster_a, [alone, held, kept], "first")
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
@@ -81,7 +81,5 @@ def test_topics_the_target_may_trim_are_named_and_the_trim_is_real(
         assert risk["trimmed_warning"].startswith(
             f"1 target partition(s) no longer hold messages this tool copied there (first: {alone}")
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a, admin_b)
 

@@ -40,6 +40,7 @@ from pulsar_migration.replication.partition import (
 )
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
+from pulsar_migration.replication.trim_risk import keeps_nothing
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepFailed
 
@@ -144,7 +145,7 @@ def _check_retention(spec: MigrationSpec, admin: PulsarAdmin, jobs: list[Partiti
 
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         missing = [t for t, r in zip(topics, pool.map(applied, topics), strict=True)
-                   if not (r.get("retentionTimeInMinutes") and r.get("retentionSizeInMB"))]
+                   if keeps_nothing(r)]
     if missing:
         names = ", ".join(t.split("://", 1)[-1] for t in missing[:5])
         raise GeoError(f"geo mode verifies by reading the source after Pulsar replicated it, but {len(missing)} "

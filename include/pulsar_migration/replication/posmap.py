@@ -211,8 +211,8 @@ def ends_local(run_dir: str) -> dict[str, MapEnd]:
     frame = read_local(run_dir)
     if frame is None or frame.empty:
         return {}
-    last = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").tail(1)
-    first = frame.groupby("topic")["target_ledger"].min()
+    by_topic = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic")
+    last, first = by_topic.tail(1), by_topic["target_ledger"].first()  # sorted: the first is the lowest
     return {row.topic: MapEnd(Position(int(row.target_ledger), int(row.target_entry)),
                               Position(int(row.source_ledger), int(row.source_entry)), int(first[row.topic]))
             for row in last.itertuples(index=False)}

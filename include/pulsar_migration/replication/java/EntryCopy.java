@@ -938,11 +938,7 @@ public final class EntryCopy {
                 try {
                     source.add(single, message, hashedVersion);
                     if (sendIt) {
-                        List<String[]> kept = withoutOwnProperties(single.getPropertiesList());
-                        if (kept != null) {
-                            single.clearProperties();
-                            kept.forEach(kv -> single.addProperty().setKey(kv[0]).setValue(kv[1]));
-                        }
+                        dropOwnProperties(single.getPropertiesList(), single::clearProperties, single::addProperty);
                         single.addProperty().setKey(SOURCE_TAG).setValue(tagPrefix + i + tagSuffix);
                         single.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                         // LightProto writes without growing the buffer: make room first.
@@ -956,12 +952,7 @@ public final class EntryCopy {
         } else {
             source.add(md, payload, hashedVersion);
             if (sendIt) {
-                List<String[]> kept = withoutOwnProperties(out.getPropertiesList());
-                if (kept != null) {
-                    MessageMetadata target = out;
-                    target.clearProperties();
-                    kept.forEach(kv -> target.addProperty().setKey(kv[0]).setValue(kv[1]));
-                }
+                dropOwnProperties(out.getPropertiesList(), out::clearProperties, out::addProperty);
                 out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                 body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
@@ -1504,11 +1495,24 @@ public final class EntryCopy {
     }
 
     /**
-     * A message's properties without those under the copy's own two names (null: it has none). A message copied
-     * before carries them (a tenant moved on from the cluster it was moved to, or back): the copy's pair replaces
-     * them. Beside them, a client saw one pair or the other (C++ the first, Java the last) and the read-back and
-     * the resume took a stale position for the copy's. Hashes leave these names out on both sides.
+     * Takes a message's properties under the copy's own two names out (`clear` and `add` are its metadata's, single
+     * or whole). A message copied before carries them (a tenant moved on from the cluster it was moved to, or back):
+     * the copy's pair replaces them. Beside them, a client saw one pair or the other (C++ the first, Java the last)
+     * and the read-back and the resume took a stale position for the copy's. Hashes leave these names out on both
+     * sides.
      */
+    static void dropOwnProperties(List<KeyValue> properties, Runnable clear,
+                                  java.util.function.Supplier<KeyValue> add) {
+        List<String[]> kept = withoutOwnProperties(properties);
+        if (kept != null) {
+            clear.run();
+            for (String[] kv : kept) {
+                add.get().setKey(kv[0]).setValue(kv[1]);
+            }
+        }
+    }
+
+    /** The properties not under the copy's own two names, as (key, value) strings (null: there are none such). */
     static List<String[]> withoutOwnProperties(List<KeyValue> properties) {
         List<String[]> kept = null;
         for (int i = 0, n = properties.size(); i < n; i++) {
