@@ -92,34 +92,36 @@ def test_a_scan_line_parses_and_the_rows_file_becomes_map_rows_and_a_map_part(tm
     from pulsar_migration.replication import posmap
     from pulsar_migration.replication.partition import EngineCopy, PartitionJob, PartitionOutcome, engine_rows_to_map
 
-    scan = {"messages": 5, "entries": 2, "bytes": 50, "hash": "ef" * 32, "pairs": 2, "pairs_digest": "01" * 32,
-            "shape_errors": 0, "first_shape_errors": [], "rows": 2, "scan_ms": 250}
+    scan = {"messages": 6, "entries": 3, "bytes": 60, "hash": "ef" * 32, "pairs": 3, "pairs_digest": "01" * 32,
+            "shape_errors": 0, "first_shape_errors": [], "rows": 3, "scan_ms": 250}
     parsed = engine.EngineScan.parse(scan)
-    assert parsed is not None and parsed.scan_s == 0.25 and parsed.rows == 2
+    assert parsed is not None and parsed.scan_s == 0.25 and parsed.rows == 3
     assert engine.EngineScan.parse({"fallback_at": "3:4"}) is None  # left to the Python client's read-back
     rows_file = tmp_path / "0.rows"
-    rows_file.write_bytes(struct.pack(">9q", 7, 1, 4, 1, 9, 0, 4, 1, 1_700_000_000_000)
-                          + struct.pack(">9q", 7, 2, 1, 0, 9, 1, 1, 0, 1_700_000_000_001))
+    rows_file.write_bytes(struct.pack(">13q", 7, 1, 4, 1, 9, 0, 4, 1, 1_700_000_000_000, -1, -1, -1, -1)
+                          + struct.pack(">13q", 7, 2, 1, 0, 9, 1, 1, 0, 1_700_000_000_001, -1, -1, -1, -1)
+                          + struct.pack(">13q", 7, 6, 1, 0, 9, 4, 1, 0, 1_700_000_000_002, 7, 3, 9, 2))
     topic = "persistent://t/ns/x-partition-1"
     job = PartitionJob(topic, "ns/x", 1, Position(7, 2),
                        engine=EngineCopy(None, "unused", 1.0, rows_file=str(rows_file)))
-    outcome = PartitionOutcome(topic, "ns/x", 1, mapped_entries=2)
+    outcome = PartitionOutcome(topic, "ns/x", 1, mapped_entries=3)
     rows = engine_rows_to_map("s3a://bucket/run", job, outcome)  # not local: the rows go to Spark's write
     assert outcome.status == "ok"
     assert [r.as_tuple() for r in rows] == [
         (topic, 1, 7, 1, 4, True, None, 9, 0, 4, True, None, 1_700_000_000_000, "copy"),
-        (topic, 1, 7, 2, 1, False, None, 9, 1, 1, False, None, 1_700_000_000_001, "copy")]
+        (topic, 1, 7, 2, 1, False, None, 9, 1, 1, False, None, 1_700_000_000_001, "copy"),
+        (topic, 1, 7, 6, 1, False, "7:3", 9, 4, 1, False, "9:2", 1_700_000_000_002, "copy")]  # a chunked message
     table = posmap.engine_rows_table(str(rows_file), topic, 1)
     assert [tuple(r.values()) for r in table.to_pylist()] == [r.as_tuple() for r in rows]
     run_dir = str(tmp_path / "run")
     for _ in range(2):  # a retried task writes the same part again: replaced, not added
         posmap.write_part(run_dir, table, "part-engine-x-9.0-9.1.parquet")
     frame = posmap.read_local(run_dir)
-    assert frame is not None and len(frame) == 2
+    assert frame is not None and len(frame) == 3
     assert [p.name for p in Path(posmap.location(run_dir)).iterdir()] == ["part-engine-x-9.0-9.1.parquet"]
-    short = PartitionOutcome(topic, "ns/x", 1, mapped_entries=3)  # the read-back reported a row more than written
+    short = PartitionOutcome(topic, "ns/x", 1, mapped_entries=4)  # the read-back reported a row more than written
     assert engine_rows_to_map("s3a://bucket/run", job, short) == [] and short.status == "failed"
-    assert "wrote 2 map rows of 3" in (short.error or "")
+    assert "wrote 3 map rows of 4" in (short.error or "")
 
 
 def test_readers_queues_hold_about_16_mib_whatever_the_message_size() -> None:
@@ -155,7 +157,7 @@ public final class TagProbe {
         for (String text : args) {
             EntryCopy.Tag tag = EntryCopy.Tag.parse(text);
             System.out.println(tag == null ? "none" : tag.ledger() + "," + tag.entry() + "," + tag.index() + ","
-                    + tag.size());
+                    + tag.size() + "," + tag.firstLedger() + "," + tag.firstEntry());
         }
     }
 }
@@ -348,17 +350,20 @@ def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addit
 
 def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tmp_path: Path) -> None:
     """The read-back judges entry shapes by each message's source tag (positions.SourceTag): four numbers, the
-    index -1 for an unbatched message; a chunked message's longer tag and anything malformed are no tag."""
+    index -1 for an unbatched message, and for a chunked (unbatched) message two more, its first chunk; anything
+    malformed is no tag."""
     from pulsar_migration.positions import SourceTag
 
     written = [SourceTag(Position(12, 3), 5, 10), SourceTag(Position(2**38 - 1, 2**24 - 1), -1, 0),
-               SourceTag(Position(0, 0), 0, 1)]
+               SourceTag(Position(0, 0), 0, 1), SourceTag(Position(7, 9), -1, 0, Position(7, 5))]
     texts = [t.encode() for t in written]
     malformed = ["", "1:2:3", "1:2:3:4:5", "a:2:3:4", "1::3:4", "1:2:3:", "1:2:3:4x", "1:2:--3:4", "1:2:3-:4",
-                 "99999999999999999999:1:0:1", "1:2:4294967296:1"]
+                 "99999999999999999999:1:0:1", "1:2:4294967296:1", "1:2:0:1:3:4", "1:2:-1:0:-3:4", "1:2:-1:0:3:4:5"]
     stdout = run_probe(tmp_path, "TagProbe", TAG_PROBE, texts + malformed).split()
-    assert stdout[:3] == [f"{t.position.ledger},{t.position.entry},{t.batch_index},{t.batch_size}" for t in written]
-    assert stdout[3:] == ["none"] * len(malformed)
+    first = [t.first_chunk or Position(-1, -1) for t in written]
+    assert stdout[:4] == [f"{t.position.ledger},{t.position.entry},{t.batch_index},{t.batch_size},"
+                          f"{f.ledger},{f.entry}" for t, f in zip(written, first, strict=True)]
+    assert stdout[4:] == ["none"] * len(malformed)
 
 
 def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) -> None:

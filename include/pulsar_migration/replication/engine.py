@@ -8,9 +8,11 @@ dropped by the target's deduplication). It hashes the source's messages exactly 
 sums its send receipts as content.PairDigest does; the partition's read-back of the target judges both.
 
 It runs as a `java` child of the Spark task, compiled once per source version and JDK into the cache directory against
-a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). Chunked and
-encrypted entries are left to the Python path: the engine stops before the first one, drained, and the
-partition continues where the target ends, as after a kill.
+a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). A chunked message
+is put together from its chunks and sent whole at its last chunk, where a reader delivers it (the producer chunks
+it again), as the Python path does. Encrypted entries, chunks out of order (one missing or repeated, a message
+begun before the range) and chunked messages under kept identities are left to the Python path: the engine stops
+before the first one, drained, and the partition continues where the target ends, as after a kill.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -106,16 +108,19 @@ class EngineScan:
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineScan | None:
-        if "fallback_at" in data:  # a chunked or encrypted entry, or an end it cannot place: Python reads it
+        if "fallback_at" in data:  # an encrypted entry, a chunk out of order, an end it cannot place: Python reads it
             return None
         return cls(data["messages"], data["entries"], data["bytes"], data["hash"], data["pairs"],
                    data["pairs_digest"], data["shape_errors"], tuple(data["first_shape_errors"]), data["rows"],
                    data.get("scan_ms", 0) / 1000, data.get("scan_busy_ms", 0) / 1000)
 
 
-# One map row of the engine's rows file: nine big-endian int64 (read by posmap.engine_rows_table).
+# One map row of the engine's rows file: ROW_FIELDS then CHUNK_FIELDS, big-endian int64 each (read by
+# posmap.engine_rows_table). CHUNK_FIELDS: a chunked message's first chunk on either side (ledger -1: none).
 ROW_FIELDS = ("source_ledger", "source_entry", "source_messages", "source_batched", "target_ledger", "target_entry",
               "target_messages", "target_batched", "source_publish_time")
+CHUNK_FIELDS = ("source_first_chunk", "target_first_chunk")
+ROW_LONGS = len(ROW_FIELDS) + 2 * len(CHUNK_FIELDS)
 
 
 
@@ -437,6 +442,9 @@ class EngineJob:
     rows_file: str | None = None
     receiver_queue: int = RECEIVER_QUEUE
     keep_identity: bool = False
+    # Chunked messages a stopped run left incomplete on the target: source position -> producer name suffix
+    # (partition.IncompleteMessage.resend_suffix).
+    resend_suffixes: dict[Position, str] = field(default_factory=dict)
 
 
 class EngineProcess:
@@ -508,7 +516,9 @@ class EngineProcess:
                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
-                            "keep_identity": j.keep_identity} for j in jobs])
+                            "keep_identity": j.keep_identity,
+                            "resend_suffixes": {str(p): suffix for p, suffix in j.resend_suffixes.items()}}
+                           for j in jobs])
         results: dict[str, EngineResult | str] = {}
         timings: dict[str, Any] = {}
         assert self._process.stdin is not None and self._process.stdout is not None

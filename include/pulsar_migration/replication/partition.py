@@ -121,7 +121,7 @@ class PartitionOutcome:
     mapped_entries: int = 0
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
-    copy_engine: str | None = None  # java, python, or java+python (the engine left chunked/encrypted entries)
+    copy_engine: str | None = None  # java, python, or java+python (the engine left an encrypted entry or a chunk)
     verified_by: str | None = None  # java (the engine's read-back of the target) or python
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
@@ -627,7 +627,7 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         resume_after = job.engine.resume_after
         outcome.resumed_after = str(resume_after) if resume_after else None
         copied = engine_copied(task, job.engine)
-        if copied is None:  # the engine left the rest (from a chunked or encrypted entry) to the Python path
+        if copied is None:  # the engine left the rest (from an encrypted entry, a chunk) to the Python path
             resume_after = resume_point(task, mark=True)
     else:
         resume_after = resume_point(task, mark=not dry_run)
@@ -702,7 +702,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         if not shared_process:
             process.abandon()
         return jobs
-    todo: dict[str, tuple[PartitionJob, Position | None, int]] = {}
+    todo: dict[str, tuple[PartitionJob, Position | None, int, dict[Position, str]]] = {}
     try:
         def prepare(job: PartitionJob) -> None:
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), active.src_admin,
@@ -715,7 +715,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                 average = job.average_message_bytes
                 if average is None:
                     average = average_message_bytes(active.src_admin, job.topic)
-                todo[job.topic] = (job, resume_point(task, mark=True), receiver_queue_for(average))
+                resume = resume_point(task, mark=True)
+                todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes))
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
@@ -731,8 +732,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
-                      receiver_queue=queue, keep_identity=job.keep_identity)
-            for job, resume, queue in todo.values() if job.upper is not None]
+                      receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes)
+            for job, resume, queue, suffixes in todo.values() if job.upper is not None]
     try:
         results, timings = process.run_round(work) if shared_process else process.run(work)
     except EngineError as exc:
@@ -832,7 +833,7 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
     if result.fallback_at is not None:
-        log.info("%s: entry %s is chunked or encrypted; the Python path copies from there", job.topic,
+        log.info("%s: entry %s is encrypted or a chunk out of order; the Python path copies from there", job.topic,
                  result.fallback_at)
         outcome.copy_engine = "java+python"
         return None
@@ -875,7 +876,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
             headers_of.prefetch(info)
 
     skipped = 0
-    # After the engine stopped at a chunked or encrypted entry: what it copied counts as copied, not as found.
+    # After the engine stopped at an entry it leaves to this path: what it copied counts as copied, not as found.
     by_engine = outcome.copied_messages, outcome.copied_entries, outcome.copied_bytes, outcome.deduplicated
     if sender is not None:
         outcome.copy_engine = "python" if outcome.copy_engine is None else outcome.copy_engine

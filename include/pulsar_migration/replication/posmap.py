@@ -168,24 +168,32 @@ def write_part(run_dir: str, table: Any, name: str) -> None:
 
 
 def engine_rows_table(rows_file: str, topic: str, partition: int) -> Any:
-    """The copy engine's rows file (replication.engine.ROW_FIELDS, big-endian int64 each) as the map's Arrow
-    table, column by column: no Python object per row (an unbatched partition has one row per message)."""
+    """The copy engine's rows file (replication.engine.ROW_FIELDS and CHUNK_FIELDS, big-endian int64 each) as the
+    map's Arrow table, column by column: no Python object per row (an unbatched partition has one row per
+    message); only a chunked message's first chunks become strings."""
     import numpy as np
     import pyarrow as pa
 
-    from pulsar_migration.replication.engine import ROW_FIELDS
+    from pulsar_migration.replication.engine import CHUNK_FIELDS, ROW_FIELDS, ROW_LONGS
 
-    values = np.fromfile(rows_file, dtype=">i8").reshape(-1, len(ROW_FIELDS)).astype(np.int64)
+    values = np.fromfile(rows_file, dtype=">i8").reshape(-1, ROW_LONGS).astype(np.int64)
     count = len(values)
     column = {name: values[:, index] for index, name in enumerate(ROW_FIELDS)}
     schema = _arrow_schema()
     arrays = {
         "topic": pa.array(np.full(count, topic, dtype=object), type=pa.string()),
         "partition": pa.array(np.full(count, partition, dtype=np.int32)),
-        "source_first_chunk": pa.nulls(count, type=pa.string()),
-        "target_first_chunk": pa.nulls(count, type=pa.string()),
         "mode": pa.array(np.full(count, "copy", dtype=object), type=pa.string()),
     }
+    for index, name in enumerate(CHUNK_FIELDS):
+        ledgers, entries = values[:, len(ROW_FIELDS) + 2 * index], values[:, len(ROW_FIELDS) + 2 * index + 1]
+        chunked = np.flatnonzero(ledgers >= 0)
+        if not len(chunked):
+            arrays[name] = pa.nulls(count, type=pa.string())
+            continue
+        texts = np.full(count, None, dtype=object)
+        texts[chunked] = [f"{ledgers[i]}:{entries[i]}" for i in chunked]
+        arrays[name] = pa.array(texts, type=pa.string())
     for name in ROW_FIELDS:
         kind = schema.field(name).type
         data = column[name]

@@ -526,6 +526,10 @@ public final class EntryCopy {
     long deduplicated;
     long delayed;
     String fallbackAt;
+    final Chunks chunks = new Chunks();
+    // Source positions of chunked messages a stopped run left incomplete on the target, with the suffix their second
+    // sending adds to the producer name (partition.IncompleteMessage.resend_suffix).
+    final Map<String, String> resendSuffixes = new HashMap<>();
     long readWaitNanos;  // the copy thread waiting for the source, then for the target (where a copy is bound)
     long sendWaitNanos;
     long readBackWaitNanos;  // the copy held back for its read-back (keepReadBackClose)
@@ -559,6 +563,7 @@ public final class EntryCopy {
         this.scanAfter = position(job.get("scan_after"));
         this.rowsFile = text(job, "rows_file");
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
+        job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
                 token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
@@ -657,6 +662,7 @@ public final class EntryCopy {
                 closed.add(producer.closeAsync());
             }
             release(consumer);
+            chunks.release();
             if (keepIdentity) {  // the names are the clients': gone from the target before the cutover lets them in
                 waitClosed(closed);
             }
@@ -846,15 +852,29 @@ public final class EntryCopy {
         }
     }
 
-    /** Hashes one source entry and, past the resume point, sends it; false: the entry needs the Python path. */
+    /** Hashes one source entry and, past the resume point, sends it (a chunked message at its last chunk, whole);
+     * false: the entry needs the Python path (encrypted, a chunk out of order, a chunk under kept identities). */
     boolean entry(Raw raw, PulsarClient tgt) throws Exception {
         String pos = raw.ledger() + ":" + raw.entry();
         try (Opened opened = Opened.of(raw)) {
-            if (opened.forPython()) {
+            if (opened.forPython() || opened.chunked() && keepIdentity) {
                 fallbackAt = pos;
                 return false;
             }
-            return send(raw, opened.md(), opened.payload(), pos, tgt);
+            if (!opened.chunked()) {
+                return send(raw, opened.md(), opened.payload(), pos, tgt, null);
+            }
+            Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
+            if (whole == Chunks.IRREGULAR) {
+                fallbackAt = pos;
+                return false;
+            }
+            if (whole == null) {
+                return true;
+            }
+            try (whole) {
+                return send(raw, whole.md(), whole.payload(), pos, tgt, whole.firstChunk());
+            }
         }
     }
 
@@ -865,7 +885,8 @@ public final class EntryCopy {
             Commands.skipBrokerEntryMetadataIfExist(buf);
             MessageMetadata md = new MessageMetadata();
             Commands.parseMessageMetadata(buf, md);
-            if (forPython(md) || !md.hasCompression() || md.getCompression() == CompressionType.NONE) {
+            // A chunk is a slice of its message as compressed: decompressed once whole (Chunks).
+            if (forPython(md) || chunked(md) || !md.hasCompression() || md.getCompression() == CompressionType.NONE) {
                 return new Opened(md, buf, null);
             }
             ByteBuf decoded = CompressionCodecProvider.getCompressionCodec(md.getCompression())
@@ -873,13 +894,21 @@ public final class EntryCopy {
             return new Opened(md, decoded, decoded);
         }
 
-        /** Chunked and encrypted entries are the Python path's (it re-chunks, and the engine holds no keys). */
+        /** Encrypted entries are the Python path's (the engine holds no keys; it fails there in one line). */
         static boolean forPython(MessageMetadata md) {
-            return md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1 || md.getEncryptionKeysCount() > 0;
+            return md.getEncryptionKeysCount() > 0;
         }
 
         boolean forPython() {
             return forPython(md);
+        }
+
+        static boolean chunked(MessageMetadata md) {
+            return md.hasNumChunksFromMsg() && md.getNumChunksFromMsg() > 1;
+        }
+
+        boolean chunked() {
+            return chunked(md);
         }
 
         @Override
@@ -890,7 +919,107 @@ public final class EntryCopy {
         }
     }
 
-    boolean send(Raw raw, MessageMetadata md, ByteBuf payload, String pos, PulsarClient tgt) throws Exception {
+    /**
+     * Chunked messages put together as a reader does: a message's chunks from its first on, in order (entries of
+     * other producers may come between them), its payload whole at its last chunk and decompressed then (a chunk
+     * is a slice of the compressed message). A message is taken at its last chunk, where a reader delivers it and
+     * where the map places it. One whose chunks do not come as its producer sent them (a chunk missing or repeated,
+     * its first one before the range), or that would take the messages being put together past MAX_GATHERED_BYTES
+     * (the engine's heap is shared by all its partitions), is IRREGULAR: the caller leaves the rest to the Python
+     * path. A message still incomplete where the range ends is not taken, as a reader does not deliver it.
+     */
+    static final class Chunks {
+        static final Whole IRREGULAR = new Whole(null, null, -1, -1);
+        // A message is held about three times while sent (gathered, decompressed, the producer's copy).
+        static final long MAX_GATHERED_BYTES = Long.getLong("pm.maxChunkedBytes", 64L << 20);
+        final Map<String, Gathered> pending = new HashMap<>();
+        long gatheredBytes;
+
+        static final class Gathered {
+            final long firstLedger;
+            final long firstEntry;
+            final ByteBuf bytes;
+            final long counted;  // toward MAX_GATHERED_BYTES
+            int next;
+
+            Gathered(long firstLedger, long firstEntry, int size, long counted) {
+                this.firstLedger = firstLedger;
+                this.firstEntry = firstEntry;
+                this.bytes = io.netty.buffer.Unpooled.buffer(Math.max(0, size));
+                this.counted = counted;
+            }
+        }
+
+        /** A chunked message whole: its last chunk's metadata without the chunk fields, and its payload. */
+        record Whole(MessageMetadata md, ByteBuf payload, long firstLedger, long firstEntry) implements AutoCloseable {
+            String firstChunk() {
+                return firstLedger + ":" + firstEntry;
+            }
+
+            @Override
+            public void close() {
+                if (payload != null) {
+                    payload.release();
+                }
+            }
+        }
+
+        /** Takes one chunk (its stored metadata and payload); the whole message at its last chunk, else null. */
+        Whole take(Raw raw, MessageMetadata md, ByteBuf chunk) throws java.io.IOException {
+            if (!md.hasUuid() || !md.hasChunkId()) {
+                return IRREGULAR;
+            }
+            String uuid = md.getUuid();
+            Gathered gathered = pending.get(uuid);
+            int id = md.getChunkId();
+            if (id == 0 && gathered == null) {
+                long size = Math.max(md.getTotalChunkMsgSize(), md.getUncompressedSize());
+                if (gatheredBytes + size > MAX_GATHERED_BYTES) {
+                    return IRREGULAR;
+                }
+                gatheredBytes += size;
+                gathered = new Gathered(raw.ledger(), raw.entry(), md.getTotalChunkMsgSize(), size);
+                pending.put(uuid, gathered);
+            } else if (gathered == null || id != gathered.next) {
+                return IRREGULAR;
+            }
+            gathered.bytes.writeBytes(chunk, chunk.readerIndex(), chunk.readableBytes());
+            gathered.next = id + 1;
+            if (id < md.getNumChunksFromMsg() - 1) {
+                return null;
+            }
+            pending.remove(uuid);
+            gatheredBytes -= gathered.counted;
+            ByteBuf payload = gathered.bytes;
+            if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
+                try {
+                    payload = CompressionCodecProvider.getCompressionCodec(md.getCompression())
+                            .decode(gathered.bytes, md.getUncompressedSize());
+                } finally {
+                    gathered.bytes.release();
+                }
+            }
+            MessageMetadata whole = new MessageMetadata().copyFrom(md);
+            whole.clearUuid();
+            whole.clearChunkId();
+            whole.clearNumChunksFromMsg();
+            whole.clearTotalChunkMsgSize();
+            return new Whole(whole, payload, gathered.firstLedger, gathered.firstEntry);
+        }
+
+        void release() {
+            for (Gathered gathered : pending.values()) {
+                gathered.bytes.release();
+            }
+            pending.clear();
+            gatheredBytes = 0;
+        }
+    }
+
+    /** Sends one source entry, or a chunked message whole (`firstChunk`: its first chunk's "ledger:entry", `raw` its
+     * last chunk, `payload` the message's, chunked again by the producer), and hashes its messages. */
+    boolean send(Raw raw, MessageMetadata md, ByteBuf payload, String pos, PulsarClient tgt, String firstChunk)
+            throws Exception {
         boolean batched = md.hasNumMessagesInBatch();
         int count = batched ? md.getNumMessagesInBatch() : 1;
         long schemaVersion = schemaVersion(md);
@@ -953,7 +1082,7 @@ public final class EntryCopy {
             source.add(md, payload, hashedVersion);
             if (sendIt) {
                 dropOwnProperties(out.getPropertiesList(), out::clearProperties, out::addProperty);
-                out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0");
+                out.addProperty().setKey(SOURCE_TAG).setValue(pos + ":-1:0" + (firstChunk == null ? "" : ":" + firstChunk));
                 out.addProperty().setKey(SOURCE_PUBLISH_TIME).setValue(publishTime);
                 body = io.netty.buffer.Unpooled.wrappedBuffer(io.netty.buffer.ByteBufUtil.getBytes(payload));
             }
@@ -966,13 +1095,17 @@ public final class EntryCopy {
             return true;
         }
         long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
-        CompressionType recompress = recompression(md, body.readableBytes());
+        // A chunked message is chunked again instead (the Python path's rule).
+        CompressionType recompress = firstChunk != null ? CompressionType.NONE : recompression(md, body.readableBytes());
         String codec = recompress == CompressionType.NONE ? "" : "z" + recompress.name().toLowerCase();
         String version = schemaVersion < 0 ? "n" : Long.toString(schemaVersion);
         // An identity is kept whatever the schema version and codec: they make the producer, not its name.
-        String name = keepIdentity ? md.getProducerName() : producerPrefix + (batched ? "b" : "u") + version + codec;
+        String name = keepIdentity ? md.getProducerName()
+                : producerPrefix + (batched ? "b" : "u") + version + resendSuffixes.getOrDefault(pos, "") + codec;
         String key = keepIdentity ? name + "\u0000" + version + codec : name;
-        Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress);
+        // Plain unbatched producers chunk what exceeds the broker's message size, as the Python path's of that name.
+        boolean chunking = !batched && !keepIdentity && recompress == CompressionType.NONE;
+        Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress, chunking);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
         long waitStart = System.nanoTime();
@@ -1091,7 +1224,7 @@ public final class EntryCopy {
 
     /** The producer for `key` (the name, or with identities the name, schema version and codec), created as `name`. */
     Producer<byte[]> producer(PulsarClient tgt, String key, String name, long schemaVersion,
-                              CompressionType compression) throws Exception {
+                              CompressionType compression, boolean chunking) throws Exception {
         if (!key.equals(currentProducer) && currentProducer != null) {
             drain();  // order across producers: the previous one's entries are stored first
         }
@@ -1113,7 +1246,7 @@ public final class EntryCopy {
                     producer = IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending);
                 } else {
                     producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
-                            .enableChunking(false).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                            .enableChunking(chunking).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
                             .compressionType(codec).maxPendingMessages(pending).blockIfQueueFull(true).create();
                 }
             } catch (Exception e) {
@@ -1196,14 +1329,15 @@ public final class EntryCopy {
 
     // -- the read-back of the target ------------------------------------------------------------------
 
-    /** A source tag (positions.SourceTag) of a copied message: "ledger:entry:index:size". */
-    record Tag(long ledger, long entry, int index, int size) {
+    /** A source tag (positions.SourceTag) of a copied message: "ledger:entry:index:size", and for a chunked
+     * message ":ledger:entry" of its first chunk (firstLedger -1: none). */
+    record Tag(long ledger, long entry, int index, int size, long firstLedger, long firstEntry) {
         static Tag parse(String text) {
             if (text == null) {
                 return null;
             }
             // By hand: parseLong's per-character digit lookup was a few percent of a batched read-back.
-            long[] fields = new long[4];
+            long[] fields = new long[6];
             int field = 0;
             long value = 0;
             boolean negative = false;
@@ -1211,8 +1345,8 @@ public final class EntryCopy {
             for (int i = 0, n = text.length(); i <= n; i++) {
                 char ch = i < n ? text.charAt(i) : ':';
                 if (ch == ':') {
-                    if (!digits || field == 4) {
-                        return null;  // absent, or a chunked message's (the scan leaves those to the Python path)
+                    if (!digits || field == 6) {
+                        return null;
                     }
                     fields[field++] = negative ? -value : value;
                     value = 0;
@@ -1227,10 +1361,12 @@ public final class EntryCopy {
                     return null;
                 }
             }
-            if (field != 4 || fields[2] != (int) fields[2] || fields[3] != (int) fields[3]) {
+            if (field != 4 && !(field == 6 && fields[2] == -1 && fields[4] >= 0 && fields[5] >= 0)
+                    || fields[2] != (int) fields[2] || fields[3] != (int) fields[3]) {
                 return null;
             }
-            return new Tag(fields[0], fields[1], (int) fields[2], (int) fields[3]);
+            return new Tag(fields[0], fields[1], (int) fields[2], (int) fields[3], field == 6 ? fields[4] : -1,
+                    field == 6 ? fields[5] : -1);
         }
 
         String position() {
@@ -1242,14 +1378,18 @@ public final class EntryCopy {
      * The target partition read back after the copy, as partition.scan_copied_target does: the content hash of
      * everything after the map's last target entry, one map row per entry, the entry-shape check (each target entry
      * holds exactly one source entry's messages, in order) and the digest of (source entry, target entry) pairs for
-     * the entries this run sent and got a receipt for. Rows go to `rows_file`: nine big-endian longs each.
+     * the entries this run sent and got a receipt for. Rows go to `rows_file`: ROW_LONGS big-endian longs each
+     * (replication.engine.ROW_FIELDS, then CHUNK_FIELDS: a chunked message's first chunk on each side, -1 for none).
+     * A chunked message is one entry of the map, at its last chunk, as a reader delivers it.
      */
     static final class TargetScan {
+        static final int ROW_LONGS = 13;
         static final int FIRST_ERRORS = 5;
         final EntryCopy copy;
         final ContentHash content = new ContentHash();
         final PairDigest pairs = new PairDigest();
         final List<String> errors = new ArrayList<>();
+        final Chunks chunks = new Chunks();
         long shapeErrors;
         long rows;
         String fallbackAt;
@@ -1257,6 +1397,8 @@ public final class EntryCopy {
         // The target entry being read: its position, messages, batching, and the tag of its first message.
         long entryLedger;
         long entryId;
+        long entryFirstLedger;  // a chunked message's first chunk (-1: not chunked)
+        long entryFirstEntry;
         int entryMessages;
         boolean entryBatched;
         Tag first;
@@ -1308,6 +1450,7 @@ public final class EntryCopy {
             } finally {
                 consumer.closeAsync();
                 release(consumer);
+                chunks.release();
             }
             if (fallbackAt != null || cancelled) {
                 result.put("fallback_at", fallbackAt == null ? "cancelled" : fallbackAt);
@@ -1378,7 +1521,7 @@ public final class EntryCopy {
                     in.skipNBytes(2 * 8);
                     long tl = in.readLong();
                     long te = in.readLong();
-                    in.skipNBytes(3 * 8);
+                    in.skipNBytes((ROW_LONGS - 6) * 8);
                     String source = sl + ":" + se;
                     if (unreceipted.contains(source)
                             && (sentAfter == null || compare(sl, se, sentAfter[0], sentAfter[1]) > 0)) {
@@ -1394,35 +1537,55 @@ public final class EntryCopy {
                     fallbackAt = raw.ledger() + ":" + raw.entry();
                     return false;
                 }
-                MessageMetadata md = opened.md();
-                ByteBuf payload = opened.payload();
-                finish();
-                entryLedger = raw.ledger();
-                entryId = raw.entry();
-                entryBatched = md.hasNumMessagesInBatch();
-                entryMessages = entryBatched ? md.getNumMessagesInBatch() : 1;
-                first = null;
-                seen = 0;
-                content.entries++;
-                long hashedVersion = ContentHash.hashedVersion(schemaVersion(md));
-                if (entryBatched) {
-                    ByteBuf batch = payload.duplicate();
-                    SingleMessageMetadata single = new SingleMessageMetadata();
-                    for (int i = 0; i < entryMessages; i++) {
-                        ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, entryMessages);
-                        try {
-                            content.add(single, message, hashedVersion);
-                            message(single.getPropertiesList(), i);
-                        } finally {
-                            message.release();
-                        }
-                    }
-                } else {
-                    content.add(md, payload, hashedVersion);
-                    message(md.getPropertiesList(), -1);
+                if (!opened.chunked()) {
+                    return entry(raw, opened.md(), opened.payload(), -1, -1);
                 }
-                return true;
+                Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
+                if (whole == Chunks.IRREGULAR) {
+                    fallbackAt = raw.ledger() + ":" + raw.entry();
+                    return false;
+                }
+                if (whole == null) {
+                    return true;
+                }
+                try (whole) {
+                    return entry(raw, whole.md(), whole.payload(), whole.firstLedger(), whole.firstEntry());
+                }
             }
+        }
+
+        /** One target entry, or a chunked message whole at its last chunk (its first chunk at firstLedger:firstEntry). */
+        boolean entry(Raw raw, MessageMetadata md, ByteBuf payload, long firstLedger, long firstEntry)
+                throws Exception {
+            entryLedger = raw.ledger();
+            entryId = raw.entry();
+            entryFirstLedger = firstLedger;
+            entryFirstEntry = firstEntry;
+            entryBatched = md.hasNumMessagesInBatch();
+            entryMessages = entryBatched ? md.getNumMessagesInBatch() : 1;
+            first = null;
+            seen = 0;
+            content.entries++;
+            long hashedVersion = ContentHash.hashedVersion(schemaVersion(md));
+            if (entryBatched) {
+                ByteBuf batch = payload.duplicate();
+                SingleMessageMetadata single = new SingleMessageMetadata();
+                for (int i = 0; i < entryMessages; i++) {
+                    ByteBuf message = Commands.deSerializeSingleMessageInBatch(batch, single, i, entryMessages);
+                    try {
+                        content.add(single, message, hashedVersion);
+                        message(single.getPropertiesList(), i);
+                    } finally {
+                        message.release();
+                    }
+                }
+            } else {
+                content.add(md, payload, hashedVersion);
+                message(md.getPropertiesList(), -1);
+            }
+            // Closed here, not at the next entry: the copy may wait for this one to be read back (keepReadBackClose).
+            finish();
+            return true;
         }
 
         /** One message of the current entry: its tag must continue the entry's first message's source entry. */
@@ -1478,6 +1641,10 @@ public final class EntryCopy {
             out.writeLong(entryMessages);
             out.writeLong(entryBatched ? 1 : 0);
             out.writeLong(firstPublishTime);
+            out.writeLong(tag.firstLedger());
+            out.writeLong(tag.firstEntry());
+            out.writeLong(entryFirstLedger);
+            out.writeLong(entryFirstEntry);
             rows++;
             long[] sentAfter = copy.resumeAfter;
             if (sentAfter == null || compare(tag.ledger(), tag.entry(), sentAfter[0], sentAfter[1]) > 0) {
