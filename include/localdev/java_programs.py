@@ -27,9 +27,11 @@ def java_version() -> str:
     return subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
 
 
-def command(name: str, home: Path) -> list[str]:
-    """`java -cp <classes>:<home>/lib/* <name>`: the program `localdev/java/<name>.java`, compiled once."""
+def command(name: str, home: Path, package: str = "") -> list[str]:
+    """`java -cp <classes>:<home>/lib/* <name>`: the program `localdev/java/<name>.java`, compiled once (`package`:
+    the one it declares, e.g. the client's own to reach its internals)."""
     source = SOURCES / f"{name}.java"
+    qualified = f"{package}.{name}" if package else name
     key = hashlib.sha256(source.read_bytes() + str(home.resolve()).encode() + java_version().encode()).hexdigest()[:16]
     classes = cache_dir() / "java-programs" / f"{name}-{key}"
 
@@ -40,5 +42,5 @@ def command(name: str, home: Path) -> list[str]:
                        check=True, capture_output=True, text=True, timeout=300)
         os.replace(staging, classes)
 
-    build_once(classes, classes / f"{name}.class", build)
-    return ["java", "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", name]
+    build_once(classes, classes.joinpath(*qualified.split(".")).with_suffix(".class"), build)
+    return ["java", "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", qualified]

@@ -9,6 +9,7 @@ messages are checked against the message ids it reads; a re-run copies nothing a
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -107,6 +108,15 @@ def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_
         assert part["copy_engine"] == "java" and part["copied_messages"] == len(source)
         assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [
             seen for _, seen in neighbours("read", cluster_a.service_url, topic)]
+
+        # The Python path cannot read a non-UTF-8 ordering key: one line naming the message (was a bare
+        # UnicodeDecodeError); what it sent before is dropped by the target's deduplication.
+        python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+        assert step(python, tmp_path / "python") == 1
+        error = report(tmp_path / "python")["details"]["partitions"][0]["error"]
+        assert "has a key or ordering key that is not UTF-8, which the Python path cannot read" in error, error
+        assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [
+            seen for _, seen in neighbours("read", cluster_a.service_url, topic)]
     finally:
         cleanup(tenant, admin_a, admin_b)
 
@@ -151,6 +161,97 @@ def test_the_engine_stops_before_a_chunked_message_past_its_bound_and_the_next_r
         assert part["copy_engine"] == "java" and part["copied_messages"] == 6 and part["skipped_messages"] == 5
         target = drain(cluster_b, topic)
         assert content(target) == content(source) and shape(target) == shape(source)
+    finally:
+        c.close()
+        cleanup(tenant, admin_a, admin_b)
+
+
+def split_chunks(*args: str) -> None:
+    """localdev/java/SplitChunks.java: a chunked message's first or last chunks."""
+    done = subprocess.run([*java_programs.command("SplitChunks", pulsar_home(), "org.apache.pulsar.client.impl"),
+                           *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    """A producer sends a large message chunk by chunk while another producer's messages land between its chunks,
+    and a run starts in between: its bound lies inside the message, whose first chunks come before the run's last
+    copied entry. The next run starts after that entry, where a reader never gets the message's first chunks (it
+    drops the rest as an "uncached chunk"): both sides' hashes left the message out, and it was lost with verdict
+    ok. The run that ends inside it notes where it began, for the next run to gather it from there."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkspan"))
+    topic = f"persistent://{tenant}/ns/span"
+    create_topics(admin_a, topic)
+    c = client(cluster_a)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        producer = c.create_producer(topic, batching_enabled=False)
+        producer.send(b"first")
+        chunked = (topic, "span-uuid-1", "6", "3", str(60_000), "0123456789")
+        split_chunks("first", cluster_a.service_url, *chunked)
+        for i in range(3):
+            producer.send(f"between-{i}".encode())
+        assert step(spec, tmp_path / "run") == 0  # its bound: inside the message
+        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4
+        split_chunks("rest", cluster_a.service_url, *chunked)
+        producer.send(b"last")
+        assert step(spec, tmp_path / "run") == 0
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert part["copy_engine"] == "java" and part["earlier_chunk_messages"] == 1, part
+        assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert [m["data"][:12] for m in source] == [b"first", b"between-0", b"between-1", b"between-2",
+                                                    b"012345678901", b"last"]  # the premise: a reader's order
+        assert content(target) == content(source)
+    finally:
+        c.close()
+        cleanup(tenant, admin_a, admin_b)
+
+
+def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_producers_identity(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    """The cutover's deltas as the switch runs them (one engine process in the driver): a catch-up round whose bound
+    lies inside a chunked message, then the final delta, which keeps every entry's producer name and sequence id.
+    Until 2026-11-27 the final delta left chunked messages to the Python path, which never got this one."""
+    from pulsar_migration.replication.step import STEP, run
+    from pulsar_migration.switch.step import delta_engine
+
+    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkdelta"))
+    topic = f"persistent://{tenant}/ns/span"
+    create_topics(admin_a, topic)
+    c = client(cluster_a)
+    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        process = delta_engine(MigrationSpec.load(str(spec_path)))
+        assert process is not None
+        producer = c.create_producer(topic, producer_name="plain", batching_enabled=False)
+        producer.send(b"first")
+        chunked = (topic, "span-uuid-2", "6", "3", str(60_000), "abcdefghij")
+        split_chunks("first", cluster_a.service_url, *chunked)
+        for i in range(3):
+            producer.send(f"between-{i}".encode())
+        catch_up = functools.partial(run, in_driver=True, engine_process=process)
+        assert run_step(STEP, catch_up, ["--spec", str(spec_path), "--run-dir", str(tmp_path / "run")]) == 0
+        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4
+        split_chunks("rest", cluster_a.service_url, *chunked)
+        producer.send(b"last")
+        delta = functools.partial(run, keep_identity=True, in_driver=True, engine_process=process)
+        assert run_step(STEP, delta, ["--spec", str(spec_path), "--run-dir", str(tmp_path / "run")]) == 0
+        process.close()
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert (part["copy_engine"], part["earlier_chunk_messages"], part["copied_messages"]) == ("java", 1, 2), part
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert content(target) == content(source) and len(source) == 6
+        last_chunk = target[-2]["entry"]  # the message, before "last"
+        headers = admin_b.entry_headers(topic, *last_chunk)
+        assert headers["X-Pulsar-producer-name"] == "span-uuid-2-producer"
+        assert int(headers["X-Pulsar-sequence-id"]) == int(
+            admin_a.entry_headers(topic, *source[-2]["entry"])["X-Pulsar-sequence-id"])
     finally:
         c.close()
         cleanup(tenant, admin_a, admin_b)

@@ -146,6 +146,8 @@ class EngineResult:
     read_back_wait_s: float = 0.0  # the copy held back for its read-back to keep up (reads from the broker's cache)
     throttle_wait_s: float = 0.0  # the copy held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
     scan: EngineScan | None = None  # None: not asked for, or left to the Python path
+    # Chunked messages begun before the range (an earlier run's bound inside them) whose earlier chunks it read again.
+    earlier_chunk_messages: int = 0
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -154,7 +156,7 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
-                   "throttle_wait_s", "scan")
+                   "throttle_wait_s", "scan", "earlier_chunk_messages")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
@@ -162,7 +164,8 @@ class EngineResult:
                    send_wait_s=data.get("send_wait_ms", 0) / 1000,
                    read_back_wait_s=data.get("read_back_wait_ms", 0) / 1000,
                    throttle_wait_s=data.get("throttle_wait_ms", 0) / 1000,
-                   scan=EngineScan.parse(data["scan"]) if data.get("scan") else None)
+                   scan=EngineScan.parse(data["scan"]) if data.get("scan") else None,
+                   earlier_chunk_messages=data.get("earlier_chunk_messages", 0))
 
 
 def pulsar_lib() -> Path | None:

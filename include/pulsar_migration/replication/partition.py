@@ -123,6 +123,9 @@ class PartitionOutcome:
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
     copy_engine: str | None = None  # java, python, or java+python (the engine left an encrypted entry or a chunk)
     verified_by: str | None = None  # java (the engine's read-back of the target) or python
+    # Chunked messages begun before the run's range whose earlier chunks the engine read again (EntryCopy
+    # gatherEarlierChunks): an earlier run's bound lay inside them, with other producers' entries between chunks.
+    earlier_chunk_messages: int = 0
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     throttled_s: float = 0.0  # of copy_s, held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
@@ -205,6 +208,19 @@ class IncompleteMessage(SourceTag):
         return f"-resent-{self.stored_until.ledger}.{self.stored_until.entry}"
 
 
+def hash_message(content: ContentHash, message: Any, info: MessageIdInfo, topic: str, cluster: str | None, *,
+                 new_entry: bool) -> None:
+    """ContentHash.add, with one line for a key or ordering key the Python client cannot read (bytes that are not
+    UTF-8, as Java producers may set: it raised a bare UnicodeDecodeError)."""
+    try:
+        content.add(message, new_entry=new_entry)
+    except UnicodeDecodeError:
+        where = f" in cluster {cluster}" if cluster else ""
+        raise ReadError(f"{topic}{where}: message {info.position}:{info.batch_index} has a key or ordering key that is "
+                        "not UTF-8, which the Python path cannot read; the copy engine carries it (options.copy_engine "
+                        "auto, with a JDK)") from None
+
+
 def untagged(topic: str, entry: Position, what: str) -> ReadError:
     return ReadError(f"{topic} on the target holds messages that were not copied from the source "
                      f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property)")
@@ -278,7 +294,7 @@ def scan_copied_target(client: Any, job: PartitionJob, after: Position | None,
 
     for message, info in read_range(client, job.topic, after, expect_end=end, cluster=cluster):
         new_entry = current is None or info.position != current.target.position
-        scan.content.add(message, new_entry=new_entry)
+        hash_message(scan.content, message, info, job.topic, cluster, new_entry=new_entry)
         props = message.properties()
         try:
             tag = SourceTag.decode(props[SOURCE_TAG_PROPERTY])
@@ -832,6 +848,7 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.copied_messages, outcome.copied_entries = result.copied_messages, result.copied_entries
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
+    outcome.earlier_chunk_messages = result.earlier_chunk_messages
     if result.fallback_at is not None:
         log.info("%s: entry %s is encrypted or a chunk out of order; the Python path copies from there", job.topic,
                  result.fallback_at)
@@ -894,7 +911,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                 last_read = info.position
                 size = message._message.length()
                 progress.read(size, info.position)
-                source_hash.add(message, new_entry=info.batch_index <= 0)
+                hash_message(source_hash, message, info, job.topic, src_admin.name, new_entry=info.batch_index <= 0)
                 if task.throttle is not None and not dry_run:  # every source byte read, as the engine counts
                     outcome.throttled_s += task.throttle.take(size, 1)
                 if resume_after is not None and info.position <= resume_after:

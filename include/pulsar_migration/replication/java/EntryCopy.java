@@ -95,6 +95,7 @@ public final class EntryCopy {
     // Below the broker's default maxMessageSize (5 MiB) by room for the metadata and the added properties.
     static final int RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024;
     static final long STALL_LIMIT_MS = 60_000;
+    static final long GATHER_MARGIN_MS = 60_000;
     // How long the copy waits for a read-back that takes nothing (its own reading fails on a stall only once the
     // copy's end is known); -Dpm.readBackStallMs for the unit test.
     static final long READ_BACK_STALL_MS = Long.getLong("pm.readBackStallMs", STALL_LIMIT_MS);
@@ -181,37 +182,59 @@ public final class EntryCopy {
         }
     }
 
-    /** Schemas of the source topic by version (as the Python path registers them: type, name, definition). */
+    /** Schemas of the source topic by version (as the Python path registers them: type, name, definition), and the
+     * source's other admin reads (positionAt). */
     static final class SchemaLookup {
         // Made at the first lookup: most topics have no schema, and a client costs a selector thread, an SSL
         // context and ~600 classes loaded while the copy starts.
         HttpClient http;
         final String url;
+        final String adminUrl;
         final String token;
         final String name;
         final Map<Long, Schema<byte[]>> cache = new HashMap<>();
 
         SchemaLookup(String adminUrl, String token, String baseTopic) {
             TopicName tn = TopicName.get(baseTopic);
-            this.url = adminUrl.replaceAll("/+$", "") + "/admin/v2/schemas/" + tn.getTenant() + "/"
+            this.adminUrl = adminUrl.replaceAll("/+$", "");
+            this.url = this.adminUrl + "/admin/v2/schemas/" + tn.getTenant() + "/"
                     + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
                     + "/schema/";
             this.token = token;
             this.name = baseTopic;
         }
 
+        HttpResponse<String> get(String address) throws Exception {
+            if (http == null) {
+                http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+            }
+            HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(address)).timeout(Duration.ofSeconds(30))
+                    .GET();
+            if (token != null) {
+                request.header("Authorization", "Bearer " + token);
+            }
+            return http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+        }
+
+        /** The position of the first entry of `topic` published at or after `timestamp` (ms), by the broker's
+         * search over publish times (null: none, or the topic does not answer). */
+        long[] positionAt(String topic, long timestamp) throws Exception {
+            TopicName tn = TopicName.get(topic);
+            HttpResponse<String> answer = get(adminUrl + "/admin/v2/persistent/" + tn.getTenant() + "/"
+                    + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
+                    + "/messageid/" + Math.max(0, timestamp));
+            if (answer.statusCode() != 200) {
+                return null;
+            }
+            JsonNode id = JSON.readTree(answer.body());
+            return id.has("ledgerId") && id.has("entryId")
+                    ? new long[] {id.get("ledgerId").asLong(), id.get("entryId").asLong()} : null;
+        }
+
         Schema<byte[]> of(long version) throws Exception {
             Schema<byte[]> schema = cache.get(version);
             if (schema == null) {
-                if (http == null) {
-                    http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
-                }
-                HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + version))
-                        .timeout(Duration.ofSeconds(30)).GET();
-                if (token != null) {
-                    request.header("Authorization", "Bearer " + token);
-                }
-                HttpResponse<String> answer = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+                HttpResponse<String> answer = get(url + version);
                 if (answer.statusCode() != 200) {
                     throw new IllegalStateException("schema version " + version + " of " + name + ": HTTP "
                             + answer.statusCode());
@@ -527,6 +550,8 @@ public final class EntryCopy {
     long delayed;
     String fallbackAt;
     final Chunks chunks = new Chunks();
+    final java.util.Set<String> gatheredEarlier = new java.util.HashSet<>();  // uuids gatherEarlierChunks looked for
+    long earlierChunkMessages;  // messages whose earlier chunks it found
     // Source positions of chunked messages a stopped run left incomplete on the target, with the suffix their second
     // sending adds to the producer name (partition.IncompleteMessage.resend_suffix).
     final Map<String, String> resendSuffixes = new HashMap<>();
@@ -634,6 +659,7 @@ public final class EntryCopy {
         result.put("receipts_digest", receipts.hex());
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
+        result.put("earlier_chunk_messages", earlierChunkMessages);
         result.put("copy_ms", (done - started) / 1_000_000);
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
         result.put("send_wait_ms", sendWaitNanos / 1_000_000);
@@ -653,7 +679,7 @@ public final class EntryCopy {
         }
         EntryConsumer consumer = openReader(src, topic, after, "cluster " + sourceName, receiverQueue);
         try {
-            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, tgt));
+            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, src, tgt));
             drain();
         } finally {
             consumer.closeAsync();
@@ -853,18 +879,20 @@ public final class EntryCopy {
     }
 
     /** Hashes one source entry and, past the resume point, sends it (a chunked message at its last chunk, whole);
-     * false: the entry needs the Python path (encrypted, a chunk out of order, a chunk under kept identities). */
-    boolean entry(Raw raw, PulsarClient tgt) throws Exception {
+     * false: the entry needs the Python path (encrypted, a chunk out of order). */
+    boolean entry(Raw raw, PulsarClientImpl src, PulsarClient tgt) throws Exception {
         String pos = raw.ledger() + ":" + raw.entry();
         try (Opened opened = Opened.of(raw)) {
-            if (opened.forPython() || opened.chunked() && keepIdentity) {
+            if (opened.forPython()) {
                 fallbackAt = pos;
                 return false;
             }
             if (!opened.chunked()) {
                 return send(raw, opened.md(), opened.payload(), pos, tgt, null);
             }
-            Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
+            Chunks.Whole taken = chunks.take(raw, opened.md(), opened.payload());
+            Chunks.Whole whole = taken == Chunks.IRREGULAR && chunks.begunEarlier(opened.md())
+                    && gatherEarlierChunks(src, opened.md()) ? chunks.take(raw, opened.md(), opened.payload()) : taken;
             if (whole == Chunks.IRREGULAR) {
                 fallbackAt = pos;
                 return false;
@@ -1007,6 +1035,25 @@ public final class EntryCopy {
             return new Whole(whole, payload, gathered.firstLedger, gathered.firstEntry);
         }
 
+        /** Whether `md` is a chunk after the first of a message not being put together (it began earlier). */
+        boolean begunEarlier(MessageMetadata md) {
+            return md.hasUuid() && md.hasChunkId() && md.getChunkId() > 0 && !pending.containsKey(md.getUuid());
+        }
+
+        /** Whether `uuid`'s message is being put together and `chunk` is the one it needs next. */
+        boolean expects(String uuid, int chunk) {
+            Gathered gathered = pending.get(uuid);
+            return gathered != null && gathered.next == chunk;
+        }
+
+        void drop(String uuid) {
+            Gathered gathered = pending.remove(uuid);
+            if (gathered != null) {
+                gathered.bytes.release();
+                gatheredBytes -= gathered.counted;
+            }
+        }
+
         void release() {
             for (Gathered gathered : pending.values()) {
                 gathered.bytes.release();
@@ -1014,6 +1061,56 @@ public final class EntryCopy {
             pending.clear();
             gatheredBytes = 0;
         }
+    }
+
+    /**
+     * The earlier chunks of a message whose chunk `md` came in the range without its first one: the message began
+     * before the range and another producer's entries came between its chunks, so an earlier run's bound lay inside
+     * it and that run copied what came before its bound but not the message (a reader delivers it at its last
+     * chunk). A reader starting after them never delivers it: until 2026-11-27 it was lost, left out of both sides'
+     * hashes. They are read again from the first entry published within GATHER_MARGIN_MS before the message (the
+     * broker's search by publish time; the margin allows for other producers' clocks) up to the range's start,
+     * once per message; true when every chunk before `md`'s is gathered.
+     */
+    boolean gatherEarlierChunks(PulsarClientImpl src, MessageMetadata md) throws Exception {
+        String uuid = md.getUuid();
+        if (after == null || !gatheredEarlier.add(uuid)) {
+            return false;
+        }
+        long[] from = schemas.positionAt(topic, md.getPublishTime() - GATHER_MARGIN_MS);
+        if (from == null || compare(from[0], from[1], after[0], after[1]) > 0) {
+            return false;
+        }
+        long[] start = {from[0], from[1] - 1};
+        EntryConsumer earlier = openReader(src, topic, start, "cluster " + sourceName, receiverQueue);
+        try {
+            readEntries(earlier, start, after, topic + " on the source (the chunks of a message begun before the range)",
+                    raw -> {
+                        try (Opened opened = Opened.of(raw)) {
+                            if (!opened.chunked() || !uuid.equals(opened.md().getUuid())) {
+                                return true;
+                            }
+                            Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
+                            if (whole != null && whole != Chunks.IRREGULAR) {
+                                whole.close();  // whole before the range: not this message
+                            }
+                            return whole == null;
+                        }
+                    });
+        } finally {
+            earlier.closeAsync();
+            release(earlier);
+        }
+        boolean gathered = chunks.expects(uuid, md.getChunkId());
+        System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
+                + uuid + ", read again from " + from[0] + ":" + from[1] + (gathered ? ": all there"
+                : ": not all there, the Python path goes on"));
+        if (gathered) {
+            earlierChunkMessages++;
+        } else {
+            chunks.drop(uuid);
+        }
+        return gathered;
     }
 
     /** Sends one source entry, or a chunked message whole (`firstChunk`: its first chunk's "ledger:entry", `raw` its
@@ -1103,8 +1200,9 @@ public final class EntryCopy {
         String name = keepIdentity ? md.getProducerName()
                 : producerPrefix + (batched ? "b" : "u") + version + resendSuffixes.getOrDefault(pos, "") + codec;
         String key = keepIdentity ? name + "\u0000" + version + codec : name;
-        // Plain unbatched producers chunk what exceeds the broker's message size, as the Python path's of that name.
-        boolean chunking = !batched && !keepIdentity && recompress == CompressionType.NONE;
+        // Plain unbatched producers chunk what exceeds the broker's message size, as the Python path's of that name
+        // (under an identity, one producer sends both shapes: a batch this size is sent compressed, never chunked).
+        boolean chunking = (!batched || keepIdentity) && recompress == CompressionType.NONE;
         Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress, chunking);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
@@ -1243,7 +1341,8 @@ public final class EntryCopy {
                     producers.entrySet().removeIf(open -> open.getKey().startsWith(name + "\u0000")
                             && closed.add(open.getValue().closeAsync()));
                     waitClosed(closed);
-                    producer = IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending);
+                    producer = IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending,
+                            chunking);
                 } else {
                     producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
                             .enableChunking(chunking).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
@@ -1272,13 +1371,13 @@ public final class EntryCopy {
         }
 
         static Producer<byte[]> create(PulsarClientImpl client, String topic, String name, Schema<byte[]> schema,
-                                       org.apache.pulsar.client.api.CompressionType codec, int pending)
-                throws Exception {
+                                       org.apache.pulsar.client.api.CompressionType codec, int pending,
+                                       boolean chunking) throws Exception {
             ProducerConfigurationData conf = new ProducerConfigurationData();
             conf.setTopicName(topic);
             conf.setProducerName(name);
             conf.setBatchingEnabled(false);
-            conf.setChunkingEnabled(false);
+            conf.setChunkingEnabled(chunking);
             conf.setSendTimeoutMs(SEND_TIMEOUT_MS);
             conf.setCompressionType(codec);
             conf.setMaxPendingMessagesAcrossPartitions(Math.max(pending, conf.getMaxPendingMessagesAcrossPartitions()));

@@ -1,0 +1,49 @@
+// One chunked message stored in two parts, as a producer does that sends a large message while other producers
+// send theirs: `first` stores chunks 0..K-1, `rest` the others, so a caller can store other entries and run a copy
+// in between. The chunks are what a chunking producer stores (uuid, chunk id, chunk count, total size in each
+// chunk's metadata); a consumer puts them together into VALUE repeated to SIZE bytes.
+//   java -cp 'lib/*:classes' org.apache.pulsar.client.impl.SplitChunks first|rest URL TOPIC UUID CHUNKS K SIZE VALUE
+// In the client's package to send a prepared message (ProducerImpl.internalSendAsync), as the copy engine does.
+package org.apache.pulsar.client.impl;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.Schema;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+
+public final class SplitChunks {
+    public static void main(String[] args) throws Exception {
+        boolean first = args[0].equals("first");
+        String topic = args[2];
+        String uuid = args[3];
+        int chunks = Integer.parseInt(args[4]);
+        int split = Integer.parseInt(args[5]);
+        int size = Integer.parseInt(args[6]);
+        byte[] unit = args[7].getBytes(StandardCharsets.UTF_8);
+        byte[] whole = new byte[size];
+        for (int i = 0; i < size; i++) {
+            whole[i] = unit[i % unit.length];
+        }
+        int chunkSize = (size + chunks - 1) / chunks;
+        try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build();
+             Producer<byte[]> producer = client.newProducer().topic(topic).producerName(uuid + "-producer")
+                     .enableBatching(false).create()) {
+            for (int id = first ? 0 : split; id < (first ? split : chunks); id++) {
+                int from = id * chunkSize;
+                int to = Math.min(size, from + chunkSize);
+                MessageMetadata md = new MessageMetadata();
+                md.setUuid(uuid);
+                md.setChunkId(id);
+                md.setNumChunksFromMsg(chunks);
+                md.setTotalChunkMsgSize(size);
+                md.addProperty().setKey("kind").setValue("split");
+                md.setPartitionKey("split-key");
+                MessageImpl<byte[]> msg = MessageImpl.create(md, ByteBuffer.wrap(whole, from, to - from),
+                        Schema.BYTES, topic);
+                ((ProducerImpl<byte[]>) producer).internalSendAsync(msg).get();
+            }
+        }
+    }
+}
