@@ -149,6 +149,37 @@ public final class PairProbe {
 }
 """
 
+HASH_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import io.netty.buffer.Unpooled;
+import java.nio.charset.StandardCharsets;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+
+public final class HashProbe {
+    public static void main(String[] args) {
+        EntryCopy.ContentHash hash = new EntryCopy.ContentHash();
+        // Per message: key, payload, then property key and value pairs, each as its UTF-8 bytes in hex (an
+        // argument cannot hold a NUL), then "--".
+        for (int i = 0; i < args.length; ) {
+            MessageMetadata md = new MessageMetadata();
+            md.setPartitionKey(text(args[i++]));
+            byte[] payload = text(args[i++]).getBytes(StandardCharsets.UTF_8);
+            while (!args[i].equals("--")) {
+                md.addProperty().setKey(text(args[i++])).setValue(text(args[i++]));
+            }
+            i++;
+            hash.add(md, Unpooled.wrappedBuffer(payload), -1);
+            System.out.println(java.util.HexFormat.of().formatHex(hash.chain));
+        }
+    }
+
+    static String text(String hex) {
+        return new String(java.util.HexFormat.of().parseHex(hex), StandardCharsets.UTF_8);
+    }
+}
+"""
+
 TAG_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -346,6 +377,63 @@ def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addit
     # Removing everything leaves zero: the subtraction borrows across every word.
     everything = args + [word for s, t in pairs if (s, t) not in removed for word in ("remove", s, t)]
     assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, everything).split() == ["0" * 64, "0"]
+
+
+class FakeMessage:
+    """What content.message_digest reads of a client's message."""
+
+    def __init__(self, key: str, payload: str, properties: dict[str, str]) -> None:
+        self.key, self.payload, self.props = key, payload.encode(), properties
+
+    def partition_key(self) -> str:
+        return self.key
+
+    def ordering_key(self) -> str:
+        return ""
+
+    def data(self) -> bytes:
+        return self.payload
+
+    def properties(self) -> dict[str, str]:
+        return dict(self.props)
+
+    def event_timestamp(self) -> int:
+        return 0
+
+    def int_schema_version(self) -> int:
+        return -1
+
+    def has_null_value(self) -> bool:
+        return False
+
+    def length(self) -> int:
+        return len(self.payload)
+
+
+def test_the_engines_content_hash_is_the_python_one_and_tells_apart_properties_a_separator_would_join(
+        tmp_path: Path) -> None:
+    """Both sides of a copy are hashed by different code (the engine in Java, the read-back or the Python path in
+    Python): the same chain, message by message. Properties are sorted by their keys' code points (Java's String
+    order differs past U+FFFF) and each key and value is length-prefixed: joined by separators, the second and
+    third messages' properties had the same text."""
+    from pulsar_migration.replication.content import ContentHash, message_digest
+
+    messages = [
+        ("", "plain", {}),
+        ("k", "same", {"a": "b\x00c\x01d"}),
+        ("k", "same", {"a": "b", "c": "d"}),
+        ("\u00e9", "unicode", {"\uffff": "x", "\U0001f600": "y", "z": "", "": "empty key"}),
+        ("k", "added", {"__pm_source": "1:2:-1:0", "__pm_source_publish_time": "5", "u": "v"}),
+    ]
+    assert message_digest(FakeMessage(*messages[1])) != message_digest(FakeMessage(*messages[2]))
+    expected = ContentHash()
+    chains = []
+    for message in messages:
+        expected.add(FakeMessage(*message), new_entry=True)
+        chains.append(expected.hexdigest)
+    args = [word for key, payload, props in messages
+            for word in (*[x.encode().hex() for x in (key, payload, *[x for kv in props.items() for x in kv])], "--")]
+    assert run_probe(tmp_path, "HashProbe", HASH_PROBE, args).split() == chains
 
 
 def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tmp_path: Path) -> None:

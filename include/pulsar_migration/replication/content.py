@@ -37,6 +37,14 @@ def _field(value: bytes) -> bytes:
     return struct.pack(">I", len(value)) + value
 
 
+def properties_text(props: Mapping[str, str]) -> bytes:
+    """The properties as hashed: sorted by key (its UTF-8 bytes, i.e. code points), each key and value
+    length-prefixed. Joined by separators before 2026-11-27, `{"a": "b\0c\1d"}` and `{"a": "b", "c": "d"}` had
+    the same text, and a copy that turned one into the other would have passed verification."""
+    pairs = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in props.items())
+    return b"".join(_field(k) + _field(v) for k, v in pairs)
+
+
 def message_digest(message: Any) -> bytes:
     """sha256 of one message's canonical content (a pulsar.Message)."""
     native = getattr(message, "_message", message)
@@ -46,7 +54,7 @@ def message_digest(message: Any) -> bytes:
         _field(native.ordering_key() if isinstance(native.ordering_key(), bytes)
                else str(native.ordering_key()).encode("utf-8")),
         _field(native.data()),
-        _field("\x00".join(f"{k}\x01{props[k]}" for k in sorted(props)).encode("utf-8")),
+        _field(properties_text(props)),
         struct.pack(">qq?", native.event_timestamp(), schema_version_of(native) or -1, native.has_null_value()),
     ]
     return hashlib.sha256(b"".join(parts)).digest()

@@ -292,7 +292,6 @@ public final class EntryCopy {
         private byte[] canonical = new byte[64 * 1024];
         private int length;
         private final byte[] link = new byte[64];
-        private final StringBuilder text = new StringBuilder();
 
         /** One message of a batch; `hashedVersion` as hashedVersion() gives it for the entry. */
         void add(SingleMessageMetadata single, ByteBuf payload, long hashedVersion) {
@@ -363,36 +362,37 @@ public final class EntryCopy {
         }
 
         /** The user properties sorted by key, "k\u0001v" joined by "\u0000" (the copy's own left out). */
+        /**
+         * The user's properties (not the ones replication adds) as content.properties_text lays them out: sorted by
+         * key's UTF-8 bytes (Python's order of str; Java's String order differs past U+FFFF), each key and value
+         * length-prefixed. Joined by separators before 2026-11-27, `{"a": "b\0c\1d"}` and `{"a": "b", "c": "d"}`
+         * had the same text.
+         */
         private byte[] propertiesText(List<KeyValue> properties) {
-            KeyValue only = null;
-            int users = 0;
+            List<byte[][]> users = null;
+            int size = 0;
             for (KeyValue kv : properties) {  // a copy's messages carry the two added ones: usually no user's left
                 if (!added(kv.getKey())) {
-                    only = kv;
-                    users++;
+                    if (users == null) {
+                        users = new ArrayList<>(properties.size());
+                    }
+                    byte[][] pair = {kv.getKey().getBytes(StandardCharsets.UTF_8),
+                        kv.getValue().getBytes(StandardCharsets.UTF_8)};
+                    users.add(pair);
+                    size += 8 + pair[0].length + pair[1].length;
                 }
             }
-            if (users == 0) {
+            if (users == null) {
                 return EMPTY;
             }
-            text.setLength(0);
-            if (users == 1) {
-                text.append(only.getKey()).append('\u0001').append(only.getValue());
-            } else {
-                Map<String, String> sorted = new TreeMap<>();
-                for (KeyValue kv : properties) {
-                    if (!added(kv.getKey())) {
-                        sorted.put(kv.getKey(), kv.getValue());
-                    }
-                }
-                for (Map.Entry<String, String> p : sorted.entrySet()) {
-                    if (text.length() > 0) {
-                        text.append('\u0000');
-                    }
-                    text.append(p.getKey()).append('\u0001').append(p.getValue());
-                }
+            if (users.size() > 1) {
+                users.sort((a, b) -> java.util.Arrays.compareUnsigned(a[0], b[0]));
             }
-            return text.toString().getBytes(StandardCharsets.UTF_8);
+            ByteBuffer text = ByteBuffer.allocate(size);
+            for (byte[][] pair : users) {
+                text.putInt(pair[0].length).put(pair[0]).putInt(pair[1].length).put(pair[1]);
+            }
+            return text.array();
         }
     }
 
