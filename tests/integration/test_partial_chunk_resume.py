@@ -109,6 +109,8 @@ def test_a_run_stopped_inside_a_chunked_message_resends_it_whole(
         assert step(spec, run_dir) == 0
         counts = report(run_dir)["counts"]
         assert counts["partitions_ok"] == 1 and counts["copied_messages"] == 6 and counts["skipped_messages"] == 0
+        # The engine sends it again under the suffixed name (the Python path did, until 2026-11-27).
+        assert report(run_dir)["details"]["partitions"][0]["copy_engine"] == "java"
         source, target = drain(cluster_a, topic), drain(cluster_b, topic)
         assert [(m["data"], m["props"]) for m in target] == [(m["data"], m["props"]) for m in source]
         assert len(target) == 36
