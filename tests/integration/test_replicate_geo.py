@@ -259,3 +259,41 @@ def test_geo_replicates_backlog_then_maps_only_new_entries(
     finally:
         c.close()
     assert [m["data"] for m in drain(cluster_b, topic)] == [m["data"] for m in before] + [b"resend-4"]
+
+
+def test_geo_carries_a_message_chunked_small_and_names_chunks_at_the_full_size_it_drops(
+    geo_tenant: str, spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    tmp_path: Path,
+) -> None:
+    """Pulsar's replicator (4.0.8) on chunked messages: a message in 10 KB chunks arrives whole; of one whose chunks
+    are at the broker's 5 MB limit (a chunking producer's default) only the last chunk arrives, so no reader on the
+    target delivers it. The step fails that partition in one line that names the chunked message and copy mode
+    (it said only "entries dropped on the target?")."""
+    from tests.integration.test_copy_chunked_engine import split_chunks
+
+    tenant = geo_tenant
+    small, full = f"persistent://{tenant}/ns/audit", f"persistent://{tenant}/ns/orders-partition-0"
+    c = client(cluster_a)
+    try:
+        for topic in (small, full):
+            producer = c.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+            producer.send(b"before")
+            if topic == small:
+                for part in ("first", "rest"):
+                    split_chunks(part, cluster_a.service_url, topic, "geo-small", "6", "3", "60000", "0123456789")
+            else:
+                producer.send(b"F" * (6 * 1024 * 1024))
+            producer.send(b"after")
+    finally:
+        c.close()
+    admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
+                      options={"geo_timeout_s": 60})
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+    assert step(spec, tmp_path / "run") == 1
+    parts = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}
+    assert parts[small]["status"] == "ok" and parts[small]["target_messages"] == 3
+    assert content(drain(cluster_b, small)) == content(drain(cluster_a, small))
+    assert parts[full]["status"] == "failed"
+    assert "the source holds 1 chunked message(s)" in parts[full]["error"], parts[full]["error"]
+    assert "replication.mode copy" in parts[full]["error"]

@@ -13,8 +13,10 @@ messages even when its tenant did not list the source cluster (checked on 4.0.8)
 Proving it (Spark task, `verify_partition`): the replicator keeps entries 1:1 and in order, so the i-th source
 entry after the map's end pairs with the i-th target entry after it. Unbatched copies show the source
 position as a property; batched ones only in the entry's metadata, which is sampled over the admin API.
-Seen on 4.0.8: of a chunked message only the last chunk reaches the target (readers there never assemble
-it), so a partition holding one fails here as "entries dropped on the target".
+Seen on 4.0.8: of a chunked message whose chunks are at the broker's full message size (a chunking producer's default),
+only the last chunk reaches the target (the replicator's own metadata takes the others past the limit; readers there
+never assemble the message), so a partition holding one fails here, its line naming the chunked messages and copy
+mode. A message chunked smaller arrives whole.
 """
 
 from __future__ import annotations
@@ -410,6 +412,17 @@ def read_entries(client: Any, topic: str, side: _Side, after: Position | None, u
         messages.close()
 
 
+def chunked_hint(entries: list[_Entry]) -> str:
+    """Why a target that lacks entries may lack them, when the source range holds chunked messages."""
+    chunked = [e for e in entries if e.info.first_chunk is not None]
+    if not chunked:
+        return ""
+    return (f"; the source holds {len(chunked)} chunked message(s), the first at {chunked[0].position}: Pulsar's "
+            "replicator drops a chunk stored at the broker's full message size (a chunking producer's default for "
+            "all chunks but the last) once it adds its own metadata, so only the last chunk arrives and no reader "
+            "there delivers the message; copy such topics with replication.mode copy")
+
+
 def _sample(indexes: list[int], count: int) -> list[int]:
     """Up to `count` indexes spread evenly, the first and the last included."""
     if len(indexes) <= count:
@@ -537,9 +550,13 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     started = time.monotonic()
     rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
     if len(target.entries) < wanted:
-        errors.insert(0, f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
+        short = f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
             f"although the source's replicator cursor is past {job.upper} (entries dropped on the target?)"
-            if settle_until is not None else f"after {spec.geo_timeout_s}s"))
+            if settle_until is not None else f"after {spec.geo_timeout_s}s")
+        errors.insert(0, short)
+        hint = chunked_hint(source.entries)
+        if hint:  # the partition's one line: the likely cause before the differing hashes it causes
+            outcome.fail(f"{job.topic}: {short}{hint}")
     outcome.verify_s = round(time.monotonic() - started, 3)
     outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
     judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal
