@@ -419,8 +419,9 @@ def chunked_hint(entries: list[_Entry]) -> str:
         return ""
     return (f"; the source holds {len(chunked)} chunked message(s), the first at {chunked[0].position}: Pulsar's "
             "replicator drops a chunk stored at the broker's full message size (a chunking producer's default for "
-            "all chunks but the last) once it adds its own metadata, so only the last chunk arrives and no reader "
-            "there delivers the message; copy such topics with replication.mode copy")
+            "all chunks but the last): with its own metadata added the send is refused as too large, and it counts "
+            "that as stored. Only the last chunk arrives and no reader there delivers the message; copy such topics "
+            "with replication.mode copy")
 
 
 def _sample(indexes: list[int], count: int) -> list[int]:
