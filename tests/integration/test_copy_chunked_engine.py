@@ -214,6 +214,7 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         assert step(spec, tmp_path / "run") == 0
         part = report(tmp_path / "run")["details"]["partitions"][0]
         assert part["copy_engine"] == "java" and part["earlier_chunk_messages"] == 1, part
+        assert report(tmp_path / "run")["counts"]["earlier_chunk_messages"] == 1
         assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
         source, target = drain(cluster_a, topic), drain(cluster_b, topic)
         assert [m["data"][:12] for m in source] == [b"first", b"between-0", b"between-1", b"between-2",

@@ -95,7 +95,8 @@ public final class EntryCopy {
     // Below the broker's default maxMessageSize (5 MiB) by room for the metadata and the added properties.
     static final int RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024;
     static final long STALL_LIMIT_MS = 60_000;
-    static final long GATHER_MARGIN_MS = 60_000;
+    // How long before a message's publish time its earlier chunks are looked for (gatherEarlierChunks), in turn.
+    static final long[] GATHER_MARGINS_MS = {60_000, 600_000};
     // How long the copy waits for a read-back that takes nothing (its own reading fails on a stall only once the
     // copy's end is known); -Dpm.readBackStallMs for the unit test.
     static final long READ_BACK_STALL_MS = Long.getLong("pm.readBackStallMs", STALL_LIMIT_MS);
@@ -1068,19 +1069,38 @@ public final class EntryCopy {
      * before the range and another producer's entries came between its chunks, so an earlier run's bound lay inside
      * it and that run copied what came before its bound but not the message (a reader delivers it at its last
      * chunk). A reader starting after them never delivers it: until 2026-11-27 it was lost, left out of both sides'
-     * hashes. They are read again from the first entry published within GATHER_MARGIN_MS before the message (the
-     * broker's search by publish time; the margin allows for other producers' clocks) up to the range's start,
-     * once per message; true when every chunk before `md`'s is gathered.
+     * hashes. They are read again from the first entry published within GATHER_MARGINS_MS before the message (the
+     * broker's search by publish time; the margin allows for other producers' clocks, a wider one if the first
+     * misses) up to the range's start, once per message; true when every chunk before `md`'s is gathered.
      */
     boolean gatherEarlierChunks(PulsarClientImpl src, MessageMetadata md) throws Exception {
         String uuid = md.getUuid();
         if (after == null || !gatheredEarlier.add(uuid)) {
             return false;
         }
-        long[] from = schemas.positionAt(topic, md.getPublishTime() - GATHER_MARGIN_MS);
-        if (from == null || compare(from[0], from[1], after[0], after[1]) > 0) {
-            return false;
+        long[] tried = null;
+        for (long margin : GATHER_MARGINS_MS) {
+            long[] from = schemas.positionAt(topic, md.getPublishTime() - margin);
+            if (from == null || compare(from[0], from[1], after[0], after[1]) > 0
+                    || tried != null && compare(from[0], from[1], tried[0], tried[1]) >= 0) {
+                continue;  // past the range's start (other producers' clocks), or no earlier than the last try
+            }
+            tried = from;
+            readEarlierChunks(src, uuid, from);
+            boolean gathered = chunks.expects(uuid, md.getChunkId());
+            System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
+                    + uuid + ", read again from " + from[0] + ":" + from[1] + (gathered ? ": all there" : ": not all"));
+            if (gathered) {
+                earlierChunkMessages++;
+                return true;
+            }
+            chunks.drop(uuid);
         }
+        return false;
+    }
+
+    /** Puts the chunks of `uuid` in (from - 1, after] together (Chunks), up to the first that does not continue it. */
+    void readEarlierChunks(PulsarClientImpl src, String uuid, long[] from) throws Exception {
         long[] start = {from[0], from[1] - 1};
         EntryConsumer earlier = openReader(src, topic, start, "cluster " + sourceName, receiverQueue);
         try {
@@ -1101,16 +1121,6 @@ public final class EntryCopy {
             earlier.closeAsync();
             release(earlier);
         }
-        boolean gathered = chunks.expects(uuid, md.getChunkId());
-        System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
-                + uuid + ", read again from " + from[0] + ":" + from[1] + (gathered ? ": all there"
-                : ": not all there, the Python path goes on"));
-        if (gathered) {
-            earlierChunkMessages++;
-        } else {
-            chunks.drop(uuid);
-        }
-        return gathered;
     }
 
     /** Sends one source entry, or a chunked message whole (`firstChunk`: its first chunk's "ledger:entry", `raw` its
