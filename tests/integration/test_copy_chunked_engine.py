@@ -264,3 +264,41 @@ def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_prod
     finally:
         c.close()
         cleanup(tenant, admin_a, admin_b)
+
+
+def test_chunks_stored_again_or_missing_are_read_as_the_java_consumer_reads_them(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    """What a producer's resend leaves (a message's first chunks stored twice, a chunk stored again) is put
+    together as the Java client's consumer does: a first chunk again starts the message over and a repeated chunk
+    is skipped. A message missing a chunk is delivered by no reader: not copied, and counted. Both through the
+    engine to the end (until 2026-11-27 the first such chunk handed the rest of the run to the Python path)."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkodd"))
+    topic = f"persistent://{tenant}/ns/odd"
+    create_topics(admin_a, topic)
+    c = client(cluster_a)
+    try:
+        producer = c.create_producer(topic, batching_enabled=False)
+        producer.send(b"x0")
+        resent = (topic, "resent", "6", "3", str(60_000), "abcdefghij")
+        for part in ("0-2", "0-2", "1-1", "3-5"):  # sent over from the start, then chunk 1 once more
+            split_chunks(part, cluster_a.service_url, *resent)
+        producer.send(b"x1")
+        gap = (topic, "gap", "6", "3", str(60_000), "0123456789")
+        for part in ("0-2", "4-5"):  # chunk 3 never stored
+            split_chunks(part, cluster_a.service_url, *gap)
+        producer.send(b"x2")
+        source = neighbours("read", cluster_a.service_url, topic)
+        assert [seen.rsplit("value=", 1)[1] for _, seen in source][::2] == ["x0", "x1"]  # the premise, with:
+        assert len(source) == 4 and chunk_ids(source[1][0]) is not None  # x0, the resent message whole, x1, x2
+
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        assert step(spec, tmp_path / "run") == 0
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert part["copy_engine"] == "java" and part["unassembled_chunked_messages"] == 1, part
+        assert part["copied_messages"] == 4
+        assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [seen for _, seen in source]
+    finally:
+        c.close()
+        cleanup(tenant, admin_a, admin_b)

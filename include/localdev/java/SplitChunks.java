@@ -1,8 +1,9 @@
-// One chunked message stored in two parts, as a producer does that sends a large message while other producers
-// send theirs: `first` stores chunks 0..K-1, `rest` the others, so a caller can store other entries and run a copy
-// in between. The chunks are what a chunking producer stores (uuid, chunk id, chunk count, total size in each
-// chunk's metadata); a consumer puts them together into VALUE repeated to SIZE bytes.
-//   java -cp 'lib/*:classes' org.apache.pulsar.client.impl.SplitChunks first|rest URL TOPIC UUID CHUNKS K SIZE VALUE
+// One chunked message stored in parts, as a producer does that sends a large message while other producers send
+// theirs: `first` stores chunks 0..K-1, `rest` the others, so a caller can store other entries and run a copy in
+// between; `A-B` stores chunks A..B (again, or with one left out: what a producer's resend or a lost chunk leaves).
+// The chunks are what a chunking producer stores (uuid, chunk id, chunk count, total size in each chunk's
+// metadata); a consumer puts them together into VALUE repeated to SIZE bytes.
+//   java -cp 'lib/*:classes' org.apache.pulsar.client.impl.SplitChunks first|rest|A-B URL TOPIC UUID CHUNKS K SIZE VALUE
 // In the client's package to send a prepared message (ProducerImpl.internalSendAsync), as the copy engine does.
 package org.apache.pulsar.client.impl;
 
@@ -15,7 +16,7 @@ import org.apache.pulsar.common.api.proto.MessageMetadata;
 
 public final class SplitChunks {
     public static void main(String[] args) throws Exception {
-        boolean first = args[0].equals("first");
+        String part = args[0];
         String topic = args[2];
         String uuid = args[3];
         int chunks = Integer.parseInt(args[4]);
@@ -30,9 +31,11 @@ public final class SplitChunks {
         try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build();
              Producer<byte[]> producer = client.newProducer().topic(topic).producerName(uuid + "-producer")
                      .enableBatching(false).create()) {
-            for (int id = first ? 0 : split; id < (first ? split : chunks); id++) {
-                int from = id * chunkSize;
-                int to = Math.min(size, from + chunkSize);
+            int from = part.equals("first") ? 0 : part.equals("rest") ? split : Integer.parseInt(part.split("-")[0]);
+            int to = part.equals("first") ? split : part.equals("rest") ? chunks : Integer.parseInt(part.split("-")[1]) + 1;
+            for (int id = from; id < to; id++) {
+                int start = id * chunkSize;
+                int end = Math.min(size, start + chunkSize);
                 MessageMetadata md = new MessageMetadata();
                 md.setUuid(uuid);
                 md.setChunkId(id);
@@ -40,7 +43,7 @@ public final class SplitChunks {
                 md.setTotalChunkMsgSize(size);
                 md.addProperty().setKey("kind").setValue("split");
                 md.setPartitionKey("split-key");
-                MessageImpl<byte[]> msg = MessageImpl.create(md, ByteBuffer.wrap(whole, from, to - from),
+                MessageImpl<byte[]> msg = MessageImpl.create(md, ByteBuffer.wrap(whole, start, end - start),
                         Schema.BYTES, topic);
                 ((ProducerImpl<byte[]>) producer).internalSendAsync(msg).get();
             }

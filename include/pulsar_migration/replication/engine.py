@@ -148,6 +148,8 @@ class EngineResult:
     scan: EngineScan | None = None  # None: not asked for, or left to the Python path
     # Chunked messages begun before the range (an earlier run's bound inside them) whose earlier chunks it read again.
     earlier_chunk_messages: int = 0
+    # Chunked messages no reader delivers (a chunk missing, or the first ones not found): not copied, as not read.
+    unassembled_chunked_messages: int = 0
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -156,7 +158,7 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
-                   "throttle_wait_s", "scan", "earlier_chunk_messages")
+                   "throttle_wait_s", "scan", "earlier_chunk_messages", "unassembled_chunked_messages")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
@@ -165,7 +167,8 @@ class EngineResult:
                    read_back_wait_s=data.get("read_back_wait_ms", 0) / 1000,
                    throttle_wait_s=data.get("throttle_wait_ms", 0) / 1000,
                    scan=EngineScan.parse(data["scan"]) if data.get("scan") else None,
-                   earlier_chunk_messages=data.get("earlier_chunk_messages", 0))
+                   earlier_chunk_messages=data.get("earlier_chunk_messages", 0),
+                   unassembled_chunked_messages=data.get("unassembled_chunked_messages", 0))
 
 
 def pulsar_lib() -> Path | None:

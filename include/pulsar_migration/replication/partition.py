@@ -126,6 +126,8 @@ class PartitionOutcome:
     # Chunked messages begun before the run's range whose earlier chunks the engine read again (EntryCopy
     # gatherEarlierChunks): an earlier run's bound lay inside them, with other producers' entries between chunks.
     earlier_chunk_messages: int = 0
+    # Chunked messages of the range no reader delivers (a chunk missing, their first chunks gone): not copied.
+    unassembled_chunked_messages: int = 0
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     throttled_s: float = 0.0  # of copy_s, held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
@@ -849,6 +851,10 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.copied_bytes, outcome.deduplicated = result.copied_bytes, result.deduplicated
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
     outcome.earlier_chunk_messages = result.earlier_chunk_messages
+    outcome.unassembled_chunked_messages = result.unassembled_chunked_messages
+    if result.unassembled_chunked_messages:
+        log.warning("%s: %d chunked message(s) miss a chunk or their first ones on the source; no reader delivers "
+                    "them there, and they are not copied", job.topic, result.unassembled_chunked_messages)
     if result.fallback_at is not None:
         log.info("%s: entry %s is encrypted or a chunk out of order; the Python path copies from there", job.topic,
                  result.fallback_at)

@@ -571,7 +571,8 @@ def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: 
 
 _TOTALS = ("source_messages", "source_entries", "source_bytes", "copied_messages", "copied_entries", "copied_bytes",
            "skipped_messages", "deduplicated", "delayed_messages", "delivery_time_lookups", "target_messages",
-           "target_entries", "mapped_entries", "shape_errors", "earlier_chunk_messages")
+           "target_entries", "mapped_entries", "shape_errors", "earlier_chunk_messages",
+           "unassembled_chunked_messages")
 
 
 def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: float) -> None:

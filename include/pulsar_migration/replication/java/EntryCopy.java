@@ -661,6 +661,7 @@ public final class EntryCopy {
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
         result.put("earlier_chunk_messages", earlierChunkMessages);
+        result.put("unassembled_chunked_messages", chunks.lost.size());
         result.put("copy_ms", (done - started) / 1_000_000);
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
         result.put("send_wait_ms", sendWaitNanos / 1_000_000);
@@ -891,9 +892,7 @@ public final class EntryCopy {
             if (!opened.chunked()) {
                 return send(raw, opened.md(), opened.payload(), pos, tgt, null);
             }
-            Chunks.Whole taken = chunks.take(raw, opened.md(), opened.payload());
-            Chunks.Whole whole = taken == Chunks.IRREGULAR && chunks.begunEarlier(opened.md())
-                    && gatherEarlierChunks(src, opened.md()) ? chunks.take(raw, opened.md(), opened.payload()) : taken;
+            Chunks.Whole whole = takeChunk(raw, opened, src);
             if (whole == Chunks.IRREGULAR) {
                 fallbackAt = pos;
                 return false;
@@ -905,6 +904,20 @@ public final class EntryCopy {
                 return send(raw, whole.md(), whole.payload(), pos, tgt, whole.firstChunk());
             }
         }
+    }
+
+    /** A source chunk to Chunks; a later chunk of a message begun before the range gets its earlier chunks looked
+     * for (gatherEarlierChunks), and its message is lost where they are not found, as for a reader. */
+    Chunks.Whole takeChunk(Raw raw, Opened opened, PulsarClientImpl src) throws Exception {
+        Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
+        if (whole != Chunks.ORPHAN) {
+            return whole;
+        }
+        if (gatherEarlierChunks(src, opened.md())) {
+            return chunks.take(raw, opened.md(), opened.payload());
+        }
+        chunks.lose(opened.md().getUuid());
+        return null;
     }
 
     /** A stored entry's metadata and payload, decompressed when it was compressed (close() releases that copy). */
@@ -949,19 +962,26 @@ public final class EntryCopy {
     }
 
     /**
-     * Chunked messages put together as a reader does: a message's chunks from its first on, in order (entries of
-     * other producers may come between them), its payload whole at its last chunk and decompressed then (a chunk
-     * is a slice of the compressed message). A message is taken at its last chunk, where a reader delivers it and
-     * where the map places it. One whose chunks do not come as its producer sent them (a chunk missing or repeated,
-     * its first one before the range), or that would take the messages being put together past MAX_GATHERED_BYTES
-     * (the engine's heap is shared by all its partitions), is IRREGULAR: the caller leaves the rest to the Python
-     * path. A message still incomplete where the range ends is not taken, as a reader does not deliver it.
+     * Chunked messages put together as the Java client's consumer does (ConsumerImpl.processMessageChunk): a
+     * message's chunks from its first on, in order (entries of other producers may come between them), its payload
+     * whole at its last chunk and decompressed then (a chunk is a slice of the compressed message). A message is
+     * taken at its last chunk, where a reader delivers it and where the map places it. As that consumer does, a
+     * chunk stored again (a producer's resend) is skipped, a first chunk again starts the message over, and a
+     * message missing a chunk is lost (`lost`: what no reader delivers). A later chunk of a message not being put
+     * together is an ORPHAN: it began before the range (the copy looks for its earlier chunks) or lost its first
+     * ones. One that would take the messages being put together past MAX_GATHERED_BYTES (the engine's heap is
+     * shared by all its partitions) is IRREGULAR: the caller leaves the rest to the Python path. A message still
+     * incomplete where the range ends is not taken, as a reader does not deliver it.
      */
     static final class Chunks {
         static final Whole IRREGULAR = new Whole(null, null, -1, -1);
+        static final Whole ORPHAN = new Whole(null, null, -2, -2);
         // A message is held about three times while sent (gathered, decompressed, the producer's copy).
         static final long MAX_GATHERED_BYTES = Long.getLong("pm.maxChunkedBytes", 64L << 20);
         final Map<String, Gathered> pending = new HashMap<>();
+        // Messages a chunk went missing from, or whose first chunks were not found: none of their chunks is taken
+        // until a first chunk starts one over (a resend that completes takes it out again).
+        final java.util.Set<String> lost = new java.util.HashSet<>();
         long gatheredBytes;
 
         static final class Gathered {
@@ -1001,7 +1021,8 @@ public final class EntryCopy {
             String uuid = md.getUuid();
             Gathered gathered = pending.get(uuid);
             int id = md.getChunkId();
-            if (id == 0 && gathered == null) {
+            if (id == 0) {
+                drop(uuid);  // a first chunk again: the producer sent the message over
                 long size = Math.max(md.getTotalChunkMsgSize(), md.getUncompressedSize());
                 if (gatheredBytes + size > MAX_GATHERED_BYTES) {
                     return IRREGULAR;
@@ -1009,8 +1030,13 @@ public final class EntryCopy {
                 gatheredBytes += size;
                 gathered = new Gathered(raw.ledger(), raw.entry(), md.getTotalChunkMsgSize(), size);
                 pending.put(uuid, gathered);
-            } else if (gathered == null || id != gathered.next) {
-                return IRREGULAR;
+            } else if (gathered == null) {
+                return lost.contains(uuid) ? null : ORPHAN;
+            } else if (id < gathered.next) {
+                return null;  // stored again: skipped
+            } else if (id > gathered.next) {
+                lose(uuid);  // one went missing: no reader delivers the message
+                return null;
             }
             gathered.bytes.writeBytes(chunk, chunk.readerIndex(), chunk.readableBytes());
             gathered.next = id + 1;
@@ -1018,6 +1044,7 @@ public final class EntryCopy {
                 return null;
             }
             pending.remove(uuid);
+            lost.remove(uuid);
             gatheredBytes -= gathered.counted;
             ByteBuf payload = gathered.bytes;
             if (md.hasCompression() && md.getCompression() != CompressionType.NONE) {
@@ -1036,9 +1063,10 @@ public final class EntryCopy {
             return new Whole(whole, payload, gathered.firstLedger, gathered.firstEntry);
         }
 
-        /** Whether `md` is a chunk after the first of a message not being put together (it began earlier). */
-        boolean begunEarlier(MessageMetadata md) {
-            return md.hasUuid() && md.hasChunkId() && md.getChunkId() > 0 && !pending.containsKey(md.getUuid());
+        /** Gives up on `uuid`'s message (see `lost`). */
+        void lose(String uuid) {
+            drop(uuid);
+            lost.add(uuid);
         }
 
         /** Whether `uuid`'s message is being put together and `chunk` is the one it needs next. */
@@ -1111,10 +1139,11 @@ public final class EntryCopy {
                                 return true;
                             }
                             Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
-                            if (whole != null && whole != Chunks.IRREGULAR) {
-                                whole.close();  // whole before the range: not this message
+                            if (whole == null || whole == Chunks.ORPHAN) {
+                                return true;  // taken, or a chunk of it before this message's first one
                             }
-                            return whole == null;
+                            whole.close();  // whole before the range (not this message), or past the byte bound
+                            return false;
                         }
                     });
         } finally {
@@ -1653,6 +1682,10 @@ public final class EntryCopy {
                 if (whole == Chunks.IRREGULAR) {
                     fallbackAt = raw.ledger() + ":" + raw.entry();
                     return false;
+                }
+                if (whole == Chunks.ORPHAN) {  // no first chunk after the map's end: a reader never delivers it
+                    chunks.lose(opened.md().getUuid());
+                    return true;
                 }
                 if (whole == null) {
                     return true;
