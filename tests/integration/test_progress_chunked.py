@@ -5,6 +5,7 @@ target, whatever was acknowledged around it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -29,6 +30,22 @@ ACKED = {
 }
 
 
+def ack_and_migrate(consumers: dict[str, pulsar.Consumer], acks: Callable[[str, bytes], bool], tenant: str,
+                    cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> None:
+    """Each subscription acknowledges what `acks(name, payload)` says of everything it gets; then sync_metadata,
+    replicate_topics and sync_progress into `tmp_path / "run"`."""
+    for name, consumer in consumers.items():
+        for m in receive_all(consumer):
+            if acks(name, m.data()):
+                consumer.acknowledge(m)
+        consumer.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    run_dir = tmp_path / "run"
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+    assert replicate(spec, run_dir) == 0
+    assert sync(spec, run_dir) == 0
+
+
 def test_a_chunked_first_unacknowledged_message_is_delivered_whole(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,
@@ -45,17 +62,9 @@ def test_a_chunked_first_unacknowledged_message_is_delivered_whole(
         for data in payloads.values():
             producer.send(data)
         label = {data: name for name, data in payloads.items()}
-        for name, consumer in consumers.items():
-            for m in receive_all(consumer):
-                if label[m.data()] in ACKED[name]:
-                    consumer.acknowledge(m)
-            consumer.close()
+        ack_and_migrate(consumers, lambda name, data: label[data] in ACKED[name], tenant, cluster_a, cluster_b,
+                        tmp_path)
         c.close()
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-        assert replicate(spec, run_dir) == 0
-        assert sync(spec, run_dir) == 0
 
         for name, acked in ACKED.items():
             source = drain(cluster_a, topic, name, pulsar.ConsumerType.Shared)
@@ -103,17 +112,9 @@ def test_a_message_chunked_small_between_other_entries_keeps_every_subscriptions
         def label(data: bytes) -> bytes:
             return data[:10] if data.startswith(b"0123456789") else data
 
-        for name, consumer in consumers.items():
-            for m in receive_all(consumer):
-                if label(m.data()) in SPAN_ACKED[name]:
-                    consumer.acknowledge(m)
-            consumer.close()
+        ack_and_migrate(consumers, lambda name, data: label(data) in SPAN_ACKED[name], tenant, cluster_a, cluster_b,
+                        tmp_path)
         c.close()
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-        assert replicate(spec, run_dir) == 0
-        assert sync(spec, run_dir) == 0
 
         everything = {b"first", b"between-0", b"between-1", b"between-2", b"0123456789", b"last"}
         for name, acked in SPAN_ACKED.items():
