@@ -9,10 +9,10 @@ sums its send receipts as content.PairDigest does; the partition's read-back of 
 
 It runs as a `java` child of the Spark task, compiled once per source version and JDK into the cache directory against
 a Pulsar distribution's lib/ (PULSAR_HOME, or the local distribution of the development set-up). A chunked message
-is put together from its chunks and sent whole at its last chunk, where a reader delivers it (the producer chunks
-it again), as the Python path does. Encrypted entries, chunks out of order (one missing or repeated, a message
-begun before the range) and chunked messages under kept identities are left to the Python path: the engine stops
-before the first one, drained, and the partition continues where the target ends, as after a kill.
+is put together from its chunks as the Java client's consumer does and sent whole at its last chunk, where a reader
+delivers it (the producer chunks it again), as the Python path does. Encrypted entries and chunked messages past
+the engine's byte bound are left to the Python path: the engine stops before the first one, drained, and the
+partition continues where the target ends, as after a kill.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class EngineScan:
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineScan | None:
-        if "fallback_at" in data:  # an encrypted entry, a chunk out of order, an end it cannot place: Python reads it
+        if "fallback_at" in data:  # an encrypted entry, a chunked message too large, an end it cannot place
             return None
         return cls(data["messages"], data["entries"], data["bytes"], data["hash"], data["pairs"],
                    data["pairs_digest"], data["shape_errors"], tuple(data["first_shape_errors"]), data["rows"],

@@ -121,7 +121,7 @@ class PartitionOutcome:
     mapped_entries: int = 0
     lag_entries: int | None = None  # source entries after `range_to` when the run ended (same ledger only)
     unchanged: bool = False  # neither side moved since the map's last pair (unchanged_since_map)
-    copy_engine: str | None = None  # java, python, or java+python (the engine left an encrypted entry or a chunk)
+    copy_engine: str | None = None  # java, python, or java+python (the engine left an encrypted or huge entry)
     verified_by: str | None = None  # java (the engine's read-back of the target) or python
     # Chunked messages begun before the run's range whose earlier chunks the engine read again (EntryCopy
     # gatherEarlierChunks): an earlier run's bound lay inside them, with other producers' entries between chunks.
@@ -856,8 +856,8 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
         log.warning("%s: %d chunked message(s) miss a chunk or their first ones on the source; no reader delivers "
                     "them there, and they are not copied", job.topic, result.unassembled_chunked_messages)
     if result.fallback_at is not None:
-        log.info("%s: entry %s is encrypted or a chunk out of order; the Python path copies from there", job.topic,
-                 result.fallback_at)
+        log.info("%s: entry %s is encrypted or a chunk of a message past the engine's bound; the Python path copies "
+                 "from there", job.topic, result.fallback_at)
         outcome.copy_engine = "java+python"
         return None
     source_last = check_source_intact(task.src_admin, job)

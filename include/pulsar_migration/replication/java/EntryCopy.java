@@ -881,7 +881,7 @@ public final class EntryCopy {
     }
 
     /** Hashes one source entry and, past the resume point, sends it (a chunked message at its last chunk, whole);
-     * false: the entry needs the Python path (encrypted, a chunk out of order). */
+     * false: the entry needs the Python path (encrypted, or a chunked message past Chunks.MAX_GATHERED_BYTES). */
     boolean entry(Raw raw, PulsarClientImpl src, PulsarClient tgt) throws Exception {
         String pos = raw.ledger() + ":" + raw.entry();
         try (Opened opened = Opened.of(raw)) {
