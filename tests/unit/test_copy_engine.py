@@ -180,6 +180,70 @@ public final class HashProbe {
 }
 """
 
+CHUNK_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import java.nio.charset.StandardCharsets;
+import org.apache.pulsar.common.api.proto.CompressionType;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.compression.CompressionCodecProvider;
+
+public final class ChunkProbe {
+    static EntryCopy.Chunks chunks;
+    static long entry;
+
+    /** Feeds chunk `id` of `uuid` (of `count`, `total` bytes as stored) at the next position; prints the outcome. */
+    static void feed(String uuid, int id, int count, int total, byte[] part, CompressionType codec, int size)
+            throws Exception {
+        MessageMetadata md = new MessageMetadata();
+        md.setUuid(uuid).setChunkId(id).setNumChunksFromMsg(count).setTotalChunkMsgSize(total);
+        md.setProducerName("p").setSequenceId(1).setPublishTime(1);
+        if (codec != CompressionType.NONE) {
+            md.setCompression(codec).setUncompressedSize(size);
+        }
+        EntryCopy.Raw raw = new EntryCopy.Raw(7, entry++, null, null, 1);
+        EntryCopy.Chunks.Whole whole = chunks.take(raw, md, Unpooled.wrappedBuffer(part));
+        String shown = whole == null ? "-" : whole == EntryCopy.Chunks.IRREGULAR ? "irregular"
+                : whole == EntryCopy.Chunks.ORPHAN ? "orphan"
+                : whole.payload().toString(StandardCharsets.UTF_8).length() > 20
+                ? "whole:" + whole.payload().readableBytes() + "@" + whole.firstChunk() + ":" + whole.md().hasUuid()
+                : "whole:" + whole.payload().toString(StandardCharsets.UTF_8) + "@" + whole.firstChunk();
+        System.out.println(uuid + "/" + id + " " + shown);
+    }
+
+    static void feed(String uuid, int id, int count, String part) throws Exception {
+        byte[] bytes = part.getBytes(StandardCharsets.UTF_8);
+        feed(uuid, id, count, 2 * count, bytes, CompressionType.NONE, 0);
+    }
+
+    public static void main(String[] args) throws Exception {
+        System.setProperty("pm.maxChunkedBytes", "1000");
+        chunks = new EntryCopy.Chunks();
+        feed("plain", 0, 3, "ab"); feed("plain", 1, 3, "cd"); feed("plain", 2, 3, "ef");
+        feed("over", 0, 3, "ab"); feed("over", 1, 3, "cd"); feed("over", 0, 3, "AB"); feed("over", 1, 3, "CD");
+        feed("over", 2, 3, "EF");
+        feed("again", 0, 3, "ab"); feed("again", 1, 3, "cd"); feed("again", 1, 3, "cd"); feed("again", 2, 3, "ef");
+        feed("gap", 0, 4, "ab"); feed("gap", 2, 4, "ef"); feed("gap", 3, 4, "gh");
+        feed("orphan", 1, 2, "cd");
+        feed("x", 0, 2, "x1"); feed("y", 0, 2, "y1"); feed("x", 1, 2, "x2"); feed("y", 1, 2, "y2");
+        byte[] text = "hello chunks ".repeat(50).getBytes(StandardCharsets.UTF_8);
+        ByteBuf packed = CompressionCodecProvider.getCompressionCodec(CompressionType.LZ4).encode(
+                Unpooled.wrappedBuffer(text));
+        byte[] lz4 = new byte[packed.readableBytes()];
+        packed.readBytes(lz4);
+        int half = lz4.length / 2;
+        feed("lz4", 0, 2, lz4.length, java.util.Arrays.copyOfRange(lz4, 0, half), CompressionType.LZ4, text.length);
+        feed("lz4", 1, 2, lz4.length, java.util.Arrays.copyOfRange(lz4, half, lz4.length), CompressionType.LZ4,
+                text.length);
+        feed("big", 0, 2, 5000, new byte[10], CompressionType.NONE, 0);
+        System.out.println("lost " + chunks.lost + " pending " + chunks.pending.keySet() + " bytes "
+                + chunks.gatheredBytes);
+    }
+}
+"""
+
 TAG_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -434,6 +498,26 @@ def test_the_engines_content_hash_is_the_python_one_and_tells_apart_properties_a
     args = [word for key, payload, props in messages
             for word in (*[x.encode().hex() for x in (key, payload, *[x for kv in props.items() for x in kv])], "--")]
     assert run_probe(tmp_path, "HashProbe", HASH_PROBE, args).split() == chains
+
+
+def test_chunks_are_put_together_as_the_java_consumer_does(tmp_path: Path) -> None:
+    """EntryCopy.Chunks on chunk metadata as producers store it: in order; sent over from its first chunk (the last
+    sending counts, placed at its first chunk); a chunk stored twice (skipped); one missing (the message lost, its
+    later chunks ignored); a later chunk without its first (an orphan, for the copy to look back); two messages
+    interleaved; an LZ4 message split mid-block (decompressed whole, the chunk fields gone); one past the byte
+    bound (irregular). Positions are 7:0, 7:1, ... in feeding order."""
+    stdout = run_probe(tmp_path, "ChunkProbe", CHUNK_PROBE, []).splitlines()
+    assert stdout == [
+        "plain/0 -", "plain/1 -", "plain/2 whole:abcdef@7:0",
+        "over/0 -", "over/1 -", "over/0 -", "over/1 -", "over/2 whole:ABCDEF@7:5",
+        "again/0 -", "again/1 -", "again/1 -", "again/2 whole:abcdef@7:8",
+        "gap/0 -", "gap/2 -", "gap/3 -",
+        "orphan/1 orphan",
+        "x/0 -", "y/0 -", "x/1 whole:x1x2@7:16", "y/1 whole:y1y2@7:17",
+        "lz4/0 -", "lz4/1 whole:650@7:20:false",
+        "big/0 irregular",
+        "lost [gap] pending [] bytes 0",
+    ]
 
 
 def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tmp_path: Path) -> None:
