@@ -227,6 +227,7 @@ public final class ChunkProbe {
         feed("again", 0, 3, "ab"); feed("again", 1, 3, "cd"); feed("again", 1, 3, "cd"); feed("again", 2, 3, "ef");
         feed("gap", 0, 4, "ab"); feed("gap", 2, 4, "ef"); feed("gap", 3, 4, "gh");
         feed("orphan", 1, 2, "cd");
+        feed("gap2", 0, 3, "ab"); feed("gap2", 2, 3, "ef"); feed("gap2", 0, 3, "ab");  // lost, then sent over
         feed("x", 0, 2, "x1"); feed("y", 0, 2, "y1"); feed("x", 1, 2, "x2"); feed("y", 1, 2, "y2");
         byte[] text = "hello chunks ".repeat(50).getBytes(StandardCharsets.UTF_8);
         ByteBuf packed = CompressionCodecProvider.getCompressionCodec(CompressionType.LZ4).encode(
@@ -505,7 +506,8 @@ def test_chunks_are_put_together_as_the_java_consumer_does(tmp_path: Path) -> No
     sending counts, placed at its first chunk); a chunk stored twice (skipped); one missing (the message lost, its
     later chunks ignored); a later chunk without its first (an orphan, for the copy to look back); two messages
     interleaved; an LZ4 message split mid-block (decompressed whole, the chunk fields gone); one past the byte
-    bound (irregular). Positions are 7:0, 7:1, ... in feeding order."""
+    bound (irregular). A message lost and then sent over is pending again, not lost. Positions are 7:0, 7:1, ... in
+    feeding order."""
     stdout = run_probe(tmp_path, "ChunkProbe", CHUNK_PROBE, []).splitlines()
     assert stdout == [
         "plain/0 -", "plain/1 -", "plain/2 whole:abcdef@7:0",
@@ -513,10 +515,11 @@ def test_chunks_are_put_together_as_the_java_consumer_does(tmp_path: Path) -> No
         "again/0 -", "again/1 -", "again/1 -", "again/2 whole:abcdef@7:8",
         "gap/0 -", "gap/2 -", "gap/3 -",
         "orphan/1 orphan",
-        "x/0 -", "y/0 -", "x/1 whole:x1x2@7:16", "y/1 whole:y1y2@7:17",
-        "lz4/0 -", "lz4/1 whole:650@7:20:false",
+        "gap2/0 -", "gap2/2 -", "gap2/0 -",
+        "x/0 -", "y/0 -", "x/1 whole:x1x2@7:19", "y/1 whole:y1y2@7:20",
+        "lz4/0 -", "lz4/1 whole:650@7:23:false",
         "big/0 irregular",
-        "lost [gap] pending [] bytes 0",
+        "lost [gap] pending [gap2] bytes 6",
     ]
 
 

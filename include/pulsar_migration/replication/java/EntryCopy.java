@@ -1023,6 +1023,7 @@ public final class EntryCopy {
             int id = md.getChunkId();
             if (id == 0) {
                 drop(uuid);  // a first chunk again: the producer sent the message over
+                lost.remove(uuid);
                 long size = Math.max(md.getTotalChunkMsgSize(), md.getUncompressedSize());
                 if (gatheredBytes + size > MAX_GATHERED_BYTES) {
                     return IRREGULAR;
