@@ -220,6 +220,20 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         assert [m["data"][:12] for m in source] == [b"first", b"between-0", b"between-1", b"between-2",
                                                     b"012345678901", b"last"]  # the premise: a reader's order
         assert content(target) == content(source)
+
+        # The Python path cannot read such a message: one line naming it, where it went missing with verdict ok.
+        python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+        spanning = f"persistent://{tenant}/ns/python"
+        create_topics(admin_a, spanning)
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(python), "--run-dir", str(tmp_path)]) == 0
+        chunked = begin_spanning_message(cluster_a, c.create_producer(spanning, batching_enabled=False), spanning,
+                                         "span-uuid-3")
+        assert step(python, tmp_path / "python") == 0
+        end_spanning_message(cluster_a, c.create_producer(spanning, batching_enabled=False), chunked)
+        assert step(python, tmp_path / "python") == 1
+        errors = [p["error"] for p in report(tmp_path / "python")["details"]["partitions"] if p["error"]]
+        assert len(errors) == 1 and "the chunked message span-uuid-3 (its chunks from" in errors[0], errors
+        assert "began before this run's range" in errors[0] and "the copy engine can" in errors[0]
     finally:
         c.close()
         cleanup(tenant, admin_a, admin_b)

@@ -44,6 +44,7 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
+from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import Caps, Throttle, throttle
 
@@ -909,12 +910,17 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     rest_undeliverable = functools.cache(
         lambda after: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after, job.upper))
     progress = PartitionProgress(job, task.spec.progress_interval_s if task.spec else PROGRESS_INTERVAL_DEFAULT_S)
+    # After a map's end, a chunked message begun before it is one the reader never delivers (replication.skipped).
+    passed_over = None if task.map_source is None else SkippedEntries(
+        task.map_source, lambda: ledger_entries(src_admin, job.topic))
     try:
         if job.upper is not None:
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
+                if passed_over is not None:
+                    passed_over.saw(info.position)
                 size = message._message.length()
                 progress.read(size, info.position)
                 hash_message(source_hash, message, info, job.topic, src_admin.name, new_entry=info.batch_index <= 0)
@@ -929,6 +935,9 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                     outcome.copied_bytes += size
                     continue
                 sender.send(message, info, schema_version_of(message))
+            if passed_over is not None:
+                passed_over.finish(job.upper)
+                check_nothing_begun_before(src_admin, job.topic, passed_over)
         source_last = check_source_intact(src_admin, job)
         if job.fenced:
             check_read_to_bound(job, last_read, rest_undeliverable)
@@ -948,6 +957,17 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     return Copied(source_hash.messages, source_hash.entries, source_hash.bytes, source_hash.hexdigest,
                   receipts.count, receipts.hexdigest,
                   frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset(), source_last)
+
+
+def check_nothing_begun_before(admin: PulsarAdmin, topic: str, passed_over: SkippedEntries) -> None:
+    """One line for a chunked message the Python path's reader skipped because it began before the range: left
+    out of both sides' hashes, it would be lost with verdict ok."""
+    begun = begun_before(admin, topic, passed_over)
+    if begun is not None:
+        raise ReadError(f"{topic} in cluster {admin.name}: the chunked message {begun.uuid} (its chunks from "
+                        f"{begun.position} on) began before this run's range: another producer's entries came between "
+                        "its chunks and an earlier run's bound fell inside it. The Python path's reader cannot read "
+                        "it; the copy engine can (options.copy_engine auto, with a JDK)")
 
 
 class PartitionProgress:
