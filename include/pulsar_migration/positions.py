@@ -204,6 +204,16 @@ class AckRange:
         return isinstance(position, Position) and self.lower < position <= self.upper
 
 
+def ledger_sizes(internal_stats: dict[str, Any]) -> list[tuple[int, int]]:
+    """A partition's ledgers in order with their entry counts, from its internalStats: the open (last) ledger's
+    count is `currentLedgerEntries` (its ledger info says 0 until it closes)."""
+    ledgers = internal_stats.get("ledgers") or []
+    return [(int(ledger["ledgerId"]),
+             int(internal_stats.get("currentLedgerEntries", 0) if index == len(ledgers) - 1
+                 else ledger.get("entries", 0)))
+            for index, ledger in enumerate(ledgers)]
+
+
 def parse_ack_ranges(text: str | None) -> list[AckRange]:
     """Parses internalStats' `individuallyDeletedMessages`, e.g. `[(3:5..3:7],(4:-1..4:2]]` (spacing
     varies; `[]` or empty: none). A range spanning ledgers (older brokers) is refused: its entries

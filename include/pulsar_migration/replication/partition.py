@@ -42,7 +42,7 @@ from pulsar_migration.replication.engine import (
     receiver_queue_for,
 )
 from pulsar_migration.replication.posmap import MapRow
-from pulsar_migration.replication.reading import ReadError, read_range
+from pulsar_migration.replication.reading import ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
 from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
@@ -179,14 +179,13 @@ def chunk_tag(admin: PulsarAdmin, topic: str, entry: Position) -> SourceTag | No
     incomplete message, as after a producer's crash, and the broker's deduplication checks a chunked message at
     its last chunk only: the copy sends it again whole (resume_point)."""
     headers = admin.entry_headers(topic, entry.ledger, entry.entry)
-    chunks = int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0)
+    chunks, chunk = chunk_fields(headers)
     if chunks <= 1:
         return None
     text = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}").get(SOURCE_TAG_PROPERTY)
     if text is None:
         raise untagged(topic, entry, ", a chunk,")
     tag = SourceTag.decode(text)
-    chunk = int(headers.get("X-Pulsar-chunk-id", "-1") or -1)
     if chunk != chunks - 1:
         log.info("%s: the target's last entry %s is chunk %d of %d of the message from source %s, whose later "
                  "chunks are missing (a run stopped inside it): it is sent again whole", topic, entry, chunk,
@@ -540,8 +539,8 @@ def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, up
         return False
     for entry in range(after.entry + 1, upper.entry + 1):
         headers = admin.entry_headers(topic, upper.ledger, entry)
-        chunks = int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0)
-        first_chunks = chunks > 1 and int(headers.get("X-Pulsar-chunk-id", "-1") or -1) < chunks - 1
+        chunks, chunk = chunk_fields(headers)
+        first_chunks = chunks > 1 and chunk < chunks - 1
         if ("X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true"
                 and not first_chunks):
             return False

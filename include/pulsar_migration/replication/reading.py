@@ -25,6 +25,12 @@ class ReadError(RuntimeError):
     """Reading a partition failed; the message is one line naming the topic."""
 
 
+def chunk_fields(headers: dict[str, str]) -> tuple[int, int]:
+    """(chunk count, chunk id) of an entry from its admin entry headers; (0, -1) for an entry not chunked."""
+    return (int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0),
+            int(headers.get("X-Pulsar-chunk-id", "-1") or -1))
+
+
 def read_range(client: Any, topic: str, after: Position | None, until: Position | None = None,
                *, inclusive_start: Position | None = None,
                expect_end: Position | None = None, cluster: str | None = None,

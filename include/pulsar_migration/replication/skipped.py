@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pulsar_migration.admin import PulsarAdmin
-from pulsar_migration.positions import Position
+from pulsar_migration.positions import Position, ledger_sizes
+from pulsar_migration.replication.reading import chunk_fields
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,7 @@ class SkippedEntries:
 
 def ledger_entries(admin: PulsarAdmin, topic: str) -> list[tuple[int, int]]:
     """The partition's ledgers and their entry counts (the open ledger's so far), from its internal stats."""
-    stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
-    ledgers = [(int(item["ledgerId"]), int(item.get("entries") or 0)) for item in stats.get("ledgers", [])]
-    if ledgers and stats.get("currentLedgerEntries") is not None:
-        ledgers[-1] = (ledgers[-1][0], max(ledgers[-1][1], int(stats["currentLedgerEntries"])))
-    return ledgers
+    return ledger_sizes(admin.get(f"{admin.topic_path(topic)}/internalStats"))
 
 
 @dataclass(frozen=True)
@@ -102,10 +99,11 @@ def begun_before(admin: PulsarAdmin, topic: str, skipped: SkippedEntries) -> Beg
     later: dict[str, Position] = {}
     for position in skipped.positions:
         headers = admin.entry_headers(topic, position.ledger, position.entry)
-        if int(headers.get("X-Pulsar-num-chunks-from-msg", "0") or 0) <= 1:
+        chunks, chunk = chunk_fields(headers)
+        if chunks <= 1:
             continue
         uuid = headers.get("X-Pulsar-uuid", "")
-        if int(headers.get("X-Pulsar-chunk-id", "-1") or -1) == 0:
+        if chunk == 0:
             firsts.add(uuid)
         else:
             later.setdefault(uuid, position)

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
-from pulsar_migration.positions import Position
+from pulsar_migration.positions import Position, ledger_sizes
 from pulsar_migration.replication import posmap, trim_risk
 from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
@@ -291,14 +291,10 @@ def pending_across_ledgers(internal_stats: dict[str, Any], after: Position, uppe
     """Source entries in (after, upper] from the topic's ledger list (internalStats), for a delta that crosses
     ledgers (a reload or a rollover since the map's end). A ledger already trimmed (consumed, no retention)
     holds nothing left to read, so only listed ledgers count: the work the copy will do."""
-    ledgers = internal_stats.get("ledgers") or []
     total = 0
-    for index, ledger in enumerate(ledgers):
-        ledger_id = int(ledger["ledgerId"])
+    for ledger_id, entries in ledger_sizes(internal_stats):
         if ledger_id < after.ledger or ledger_id > upper.ledger:
             continue
-        is_open = index == len(ledgers) - 1  # the open ledger's entries are counted apart
-        entries = int(internal_stats.get("currentLedgerEntries", 0) if is_open else ledger.get("entries", 0))
         last = min(entries, upper.entry + 1) if ledger_id == upper.ledger else entries
         first = after.entry + 1 if ledger_id == after.ledger else 0
         total += max(0, last - first)
