@@ -174,11 +174,13 @@ def split_chunks(*args: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def begin_spanning_message(cluster: LocalCluster, producer: Any, topic: str, uuid: str) -> tuple[str, ...]:
+def begin_spanning_message(cluster: LocalCluster, producer: Any, topic: str, uuid: str,
+                           clock_offset_ms: int = 0) -> tuple[str, ...]:
     """"first", the first three of a message's six chunks, then three messages of `producer` after them: a run now
-    ends inside the message. Returns the message's arguments for split_chunks."""
+    ends inside the message. Returns the message's arguments for split_chunks (the chunks' producer's clock
+    `clock_offset_ms` off)."""
     producer.send(b"first")
-    chunked = (topic, uuid, "6", "3", str(60_000), "0123456789")
+    chunked = (topic, uuid, "6", "3", str(60_000), "0123456789", str(clock_offset_ms))
     split_chunks("first", cluster.service_url, *chunked)
     for i in range(3):
         producer.send(f"between-{i}".encode())
@@ -234,6 +236,41 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         errors = [p["error"] for p in report(tmp_path / "python")["details"]["partitions"] if p["error"]]
         assert len(errors) == 1 and "the chunked message span-uuid-3 (its chunks from" in errors[0], errors
         assert "began before this run's range" in errors[0] and "the copy engine can" in errors[0]
+    finally:
+        c.close()
+        cleanup(tenant, admin_a, admin_b)
+
+
+@pytest.mark.parametrize("clock_offset_min", [20, -20])
+def test_a_chunked_message_across_runs_from_a_producer_whose_clock_is_off_is_copied_whole(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    clock_offset_min: int,
+) -> None:
+    """As above, from a producer whose clock is 20 minutes off the others' (publish times are the producer's).
+    Ahead: the broker's search by publish time lands past the message's earlier chunks within either margin; until
+    2026-11-27 the engine then counted the message unassembled and went on (a warning, verdict ok), and it now
+    reads them from the topic's first entry. Behind: the search begins earlier than it needs to."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkclock"))
+    topic = f"persistent://{tenant}/ns/clock"
+    create_topics(admin_a, topic)
+    c = client(cluster_a)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        producer = c.create_producer(topic, batching_enabled=False)
+        chunked = begin_spanning_message(cluster_a, producer, topic, "clock-uuid", clock_offset_min * 60_000)
+        assert step(spec, tmp_path / "run") == 0
+        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4
+        end_spanning_message(cluster_a, producer, chunked)
+        assert step(spec, tmp_path / "run") == 0
+        counts = report(tmp_path / "run")["counts"]
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert part["earlier_chunk_messages"] == 1 and counts["unassembled_chunked_messages"] == 0, part
+        assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert [m["data"][:12] for m in source] == [b"first", b"between-0", b"between-1", b"between-2",
+                                                    b"012345678901", b"last"]  # the premise: a reader's order
+        assert content(target) == content(source)
     finally:
         c.close()
         cleanup(tenant, admin_a, admin_b)

@@ -2,13 +2,17 @@
 // theirs: `first` stores chunks 0..K-1, `rest` the others, so a caller can store other entries and run a copy in
 // between; `A-B` stores chunks A..B (again, or with one left out: what a producer's resend or a lost chunk leaves).
 // The chunks are what a chunking producer stores (uuid, chunk id, chunk count, total size in each chunk's
-// metadata); a consumer puts them together into VALUE repeated to SIZE bytes.
-//   java -cp 'lib/*:classes' org.apache.pulsar.client.impl.SplitChunks first|rest|A-B URL TOPIC UUID CHUNKS K SIZE VALUE
+// metadata); a consumer puts them together into VALUE repeated to SIZE bytes. CLOCK_OFFSET_MS (optional) sets the
+// producer's clock that far off (publish times are the producer's, not the broker's).
+//   java -cp 'lib/*:classes' org.apache.pulsar.client.impl.SplitChunks first|rest|A-B URL TOPIC UUID CHUNKS K SIZE VALUE \
+//       [CLOCK_OFFSET_MS]
 // In the client's package to send a prepared message (ProducerImpl.internalSendAsync), as the copy engine does.
 package org.apache.pulsar.client.impl;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.time.Clock;
+import java.time.Duration;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Schema;
@@ -28,7 +32,9 @@ public final class SplitChunks {
             whole[i] = unit[i % unit.length];
         }
         int chunkSize = (size + chunks - 1) / chunks;
-        try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build();
+        long clockOffsetMs = args.length > 8 ? Long.parseLong(args[8]) : 0;
+        try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1])
+                     .clock(Clock.offset(Clock.systemUTC(), Duration.ofMillis(clockOffsetMs))).build();
              Producer<byte[]> producer = client.newProducer().topic(topic).producerName(uuid + "-producer")
                      .enableBatching(false).create()) {
             int from = part.equals("first") ? 0 : part.equals("rest") ? split : Integer.parseInt(part.split("-")[0]);

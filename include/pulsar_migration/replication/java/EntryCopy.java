@@ -1099,7 +1099,10 @@ public final class EntryCopy {
      * chunk). A reader starting after them never delivers it: until 2026-11-27 it was lost, left out of both sides'
      * hashes. They are read again from the first entry published within GATHER_MARGINS_MS before the message (the
      * broker's search by publish time; the margin allows for other producers' clocks, a wider one if the first
-     * misses) up to the range's start, once per message; true when every chunk before `md`'s is gathered.
+     * misses) up to the range's start, once per message; true when every chunk before `md`'s is gathered. Publish
+     * times are the producers' own: where the message's producer's clock is further off than the margins, the
+     * search misses its chunks, and they are read from the topic's first entry (a message no reader can put
+     * together, being short of a chunk, costs that read).
      */
     boolean gatherEarlierChunks(PulsarClientImpl src, MessageMetadata md) throws Exception {
         String uuid = md.getUuid();
@@ -1114,22 +1117,33 @@ public final class EntryCopy {
                 continue;  // past the range's start (other producers' clocks), or no earlier than the last try
             }
             tried = from;
-            readEarlierChunks(src, uuid, from);
-            boolean gathered = chunks.expects(uuid, md.getChunkId());
-            System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
-                    + uuid + ", read again from " + from[0] + ":" + from[1] + (gathered ? ": all there" : ": not all"));
-            if (gathered) {
-                earlierChunkMessages++;
+            if (gatheredFrom(src, md, from)) {
                 return true;
             }
-            chunks.drop(uuid);
         }
+        return gatheredFrom(src, md, null);
+    }
+
+    /** gatherEarlierChunks from `from` (null: the topic's first entry). */
+    boolean gatheredFrom(PulsarClientImpl src, MessageMetadata md, long[] from) throws Exception {
+        String uuid = md.getUuid();
+        readEarlierChunks(src, uuid, from);
+        boolean gathered = chunks.expects(uuid, md.getChunkId());
+        System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
+                + uuid + ", read again from " + (from == null ? "the topic's first entry" : from[0] + ":" + from[1])
+                + (gathered ? ": all there" : ": not all"));
+        if (gathered) {
+            earlierChunkMessages++;
+            return true;
+        }
+        chunks.drop(uuid);
         return false;
     }
 
-    /** Puts the chunks of `uuid` in (from - 1, after] together (Chunks), up to the first that does not continue it. */
+    /** Puts the chunks of `uuid` in (from - 1, after] together (Chunks), up to the first that does not continue it
+     * (`from` null: from the topic's first entry). */
     void readEarlierChunks(PulsarClientImpl src, String uuid, long[] from) throws Exception {
-        long[] start = {from[0], from[1] - 1};
+        long[] start = from == null ? null : new long[] {from[0], from[1] - 1};
         EntryConsumer earlier = openReader(src, topic, start, "cluster " + sourceName, receiverQueue);
         try {
             readEntries(earlier, start, after, topic + " on the source (the chunks of a message begun before the range)",
