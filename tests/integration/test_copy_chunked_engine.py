@@ -241,26 +241,35 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         cleanup(tenant, admin_a, admin_b)
 
 
-@pytest.mark.parametrize("clock_offset_min", [20, -20])
-def test_a_chunked_message_across_runs_from_a_producer_whose_clock_is_off_is_copied_whole(
+@pytest.mark.parametrize("case", ["clock-ahead", "clock-behind", "uuid-again"])
+def test_a_chunked_message_across_runs_is_copied_whole_whatever_its_producers_clock_or_uuid(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
-    clock_offset_min: int,
+    case: str,
 ) -> None:
-    """As above, from a producer whose clock is 20 minutes off the others' (publish times are the producer's).
-    Ahead: the broker's search by publish time lands past the message's earlier chunks within either margin; until
-    2026-11-27 the engine then counted the message unassembled and went on (a warning, verdict ok), and it now
-    reads them from the topic's first entry. Behind: the search begins earlier than it needs to."""
+    """As above, with what the search for the earlier chunks can meet (until 2026-11-27 the message was counted
+    unassembled and lost, with a warning and verdict ok, in the first and third cases):
+    - clock-ahead / clock-behind: the chunks' producer's clock is 20 minutes off the others' (publish times are the
+      producer's). Ahead, the broker's search by publish time lands past the earlier chunks within either margin:
+      the engine now reads them from the topic's first entry. Behind, the search begins earlier than it needs to.
+    - uuid-again: an earlier message with the same uuid (a producer's name and sequence id again: a producer
+      restarted without deduplication) lies whole within the margin. The reading stopped there; it now passes over
+      it, as a reader delivers it there."""
     tenant = source_tenant(admin_a, cluster_a, unique("it-chunkclock"))
     topic = f"persistent://{tenant}/ns/clock"
     create_topics(admin_a, topic)
     c = client(cluster_a)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    offset_ms = {"clock-ahead": 20, "clock-behind": -20, "uuid-again": 0}[case] * 60_000
     try:
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         producer = c.create_producer(topic, batching_enabled=False)
-        chunked = begin_spanning_message(cluster_a, producer, topic, "clock-uuid", clock_offset_min * 60_000)
+        earlier = []
+        if case == "uuid-again":
+            split_chunks("0-5", cluster_a.service_url, topic, "clock-uuid", "6", "3", str(60_000), "ABCDEFGHIJ")
+            earlier = [b"ABCDEFGHIJAB"]
+        chunked = begin_spanning_message(cluster_a, producer, topic, "clock-uuid", offset_ms)
         assert step(spec, tmp_path / "run") == 0
-        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4
+        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4 + len(earlier)
         end_spanning_message(cluster_a, producer, chunked)
         assert step(spec, tmp_path / "run") == 0
         counts = report(tmp_path / "run")["counts"]
@@ -268,7 +277,7 @@ def test_a_chunked_message_across_runs_from_a_producer_whose_clock_is_off_is_cop
         assert part["earlier_chunk_messages"] == 1 and counts["unassembled_chunked_messages"] == 0, part
         assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
         source, target = drain(cluster_a, topic), drain(cluster_b, topic)
-        assert [m["data"][:12] for m in source] == [b"first", b"between-0", b"between-1", b"between-2",
+        assert [m["data"][:12] for m in source] == [*earlier, b"first", b"between-0", b"between-1", b"between-2",
                                                     b"012345678901", b"last"]  # the premise: a reader's order
         assert content(target) == content(source)
     finally:

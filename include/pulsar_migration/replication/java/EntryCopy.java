@@ -551,6 +551,7 @@ public final class EntryCopy {
     String fallbackAt;
     final Chunks chunks = new Chunks();
     final java.util.Set<String> gatheredEarlier = new java.util.HashSet<>();  // uuids gatherEarlierChunks looked for
+    boolean earlierSettled;  // the last readEarlierChunks met a first chunk: no earlier start changes what it found
     long earlierChunkMessages;  // messages whose earlier chunks it found
     // Source positions of chunked messages a stopped run left incomplete on the target, with the suffix their second
     // sending adds to the producer name (partition.IncompleteMessage.resend_suffix).
@@ -1120,14 +1121,18 @@ public final class EntryCopy {
             if (gatheredFrom(src, md, from)) {
                 return true;
             }
+            if (earlierSettled) {
+                return false;
+            }
         }
         return gatheredFrom(src, md, null);
     }
 
-    /** gatherEarlierChunks from `from` (null: the topic's first entry). */
+    /** gatherEarlierChunks from `from` (null: the topic's first entry); false when they are not all there, and
+     * then whether an earlier start could find them is left in `earlierSettled`. */
     boolean gatheredFrom(PulsarClientImpl src, MessageMetadata md, long[] from) throws Exception {
         String uuid = md.getUuid();
-        readEarlierChunks(src, uuid, from);
+        earlierSettled = readEarlierChunks(src, uuid, from);
         boolean gathered = chunks.expects(uuid, md.getChunkId());
         System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
                 + uuid + ", read again from " + (from == null ? "the topic's first entry" : from[0] + ":" + from[1])
@@ -1140,10 +1145,15 @@ public final class EntryCopy {
         return false;
     }
 
-    /** Puts the chunks of `uuid` in (from - 1, after] together (Chunks), up to the first that does not continue it
-     * (`from` null: from the topic's first entry). */
-    void readEarlierChunks(PulsarClientImpl src, String uuid, long[] from) throws Exception {
+    /** Puts the chunks of `uuid` in (from - 1, after] together (Chunks), as a reader starting there would (`from`
+     * null: from the topic's first entry). True when a first chunk of it came: a reader starting earlier ends in
+     * the same state (each first chunk starts the message over), so no earlier start is worth a read. A message of
+     * that uuid whole before the range is an earlier one (a producer's name and sequence id again, a producer
+     * restarted without deduplication) or this one delivered before the range with chunks stored again after it:
+     * passed over, as a reader delivers it there. */
+    boolean readEarlierChunks(PulsarClientImpl src, String uuid, long[] from) throws Exception {
         long[] start = from == null ? null : new long[] {from[0], from[1] - 1};
+        boolean[] firstChunk = {false};
         EntryConsumer earlier = openReader(src, topic, start, "cluster " + sourceName, receiverQueue);
         try {
             readEntries(earlier, start, after, topic + " on the source (the chunks of a message begun before the range)",
@@ -1152,18 +1162,25 @@ public final class EntryCopy {
                             if (!opened.chunked() || !uuid.equals(opened.md().getUuid())) {
                                 return true;
                             }
+                            firstChunk[0] |= opened.md().getChunkId() == 0;
                             Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
-                            if (whole == null || whole == Chunks.ORPHAN) {
-                                return true;  // taken, or a chunk of it before this message's first one
+                            if (whole == Chunks.IRREGULAR) {
+                                throw new IllegalStateException("the chunked message " + uuid + " (its first chunk "
+                                        + raw.ledger() + ":" + raw.entry() + ") began before this run's range and is "
+                                        + "past the " + (Chunks.MAX_GATHERED_BYTES >> 20) + " MiB the copy engine puts "
+                                        + "together; no copy path can take it");
                             }
-                            whole.close();  // whole before the range (not this message), or past the byte bound
-                            return false;
+                            if (whole != null && whole != Chunks.ORPHAN) {
+                                whole.close();
+                            }
+                            return true;
                         }
                     });
         } finally {
             earlier.closeAsync();
             release(earlier);
         }
+        return firstChunk[0];
     }
 
     /** Sends one source entry, or a chunked message whole (`firstChunk`: its first chunk's "ledger:entry", `raw` its
