@@ -124,3 +124,63 @@ def test_a_message_chunked_small_between_other_entries_keeps_every_subscriptions
             assert sorted(label(d) for d in target.elements()) == sorted(label(d) for d in source.elements()), name
     finally:
         cleanup(tenant, admin_a, admin_b)
+
+
+# name -> the payload it acknowledges cumulatively (Failover), having received everything before it
+CUMULATIVE_AT = {
+    "before-the-chunks": b"first",  # the message's first chunk stays unacknowledged: it is delivered
+    "inside-the-chunks": b"between-2",  # its first chunks are acknowledged with the entries before between-2
+}
+
+
+def test_a_cumulative_acknowledgement_inside_a_chunked_message_translates_as_the_source_delivers(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """A consumer acknowledges cumulatively an entry that lies between a chunked message's chunks (it got the
+    entry before the message, which completes at its last chunk): the message's first chunks are acknowledged with
+    it. On the source the subscription then gets the message's later chunks without their first one, which no
+    client puts together: the message is never delivered. The target, where the message is one entry after the
+    acknowledged one, must not deliver it either."""
+    from tests.integration.test_copy_chunked_engine import split_chunks
+
+    tenant = source_tenant(admin_a, cluster_a, unique("it-progress-cumul"))
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(f"/persistent/{tenant}/ns/t")
+    try:
+        c = client(cluster_a)
+        consumers = {name: subscribe(c, topic, name, pulsar.ConsumerType.Failover) for name in CUMULATIVE_AT}
+        producer = c.create_producer(topic, batching_enabled=False)
+        producer.send(b"first")
+        chunked = (topic, "progress-cumulative", "6", "3", str(60_000), "0123456789")
+        split_chunks("first", cluster_a.service_url, *chunked)
+        for i in range(3):
+            producer.send(f"between-{i}".encode())
+        split_chunks("rest", cluster_a.service_url, *chunked)
+        producer.send(b"last")
+
+        for name, consumer in consumers.items():
+            for m in receive_all(consumer):
+                if m.data() == CUMULATIVE_AT[name]:
+                    consumer.acknowledge_cumulative(m)
+                    break
+            consumer.close()
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        assert sync(spec, run_dir) == 0
+        c.close()
+
+        def label(data: bytes) -> bytes:
+            return data[:10] if data.startswith(b"0123456789") else data
+
+        expected = {"before-the-chunks": [b"between-0", b"between-1", b"between-2", b"0123456789", b"last"],
+                    "inside-the-chunks": [b"last"]}
+        for name in CUMULATIVE_AT:
+            source = drain(cluster_a, topic, name, pulsar.ConsumerType.Failover)
+            target = drain(cluster_b, topic, name, pulsar.ConsumerType.Failover)
+            assert sorted(label(d) for d in source.elements()) == sorted(expected[name]), name  # the premise
+            assert sorted(label(d) for d in target.elements()) == sorted(expected[name]), name
+    finally:
+        cleanup(tenant, admin_a, admin_b)

@@ -62,11 +62,14 @@ def test_acked_sets_translate_per_entry_with_markers_and_chunks(spark: SparkSess
     states = [state("md-only", "10:2", "[]"),
               state("holes", "10:1", "[(10:2..10:3],(10:5..10:6],(10:8..10:9]]"),  # chunk's first chunk unacked
               state("chunk", "10:-1", "[(10:6..10:8]]"),
+              # markDelete on the first chunk (a cumulative ack between chunks): the message is never assembled
+              state("md-first-chunk", "10:7", "[]"),
               state("none", "9:99", "[]")]
     frame = marked(spark, states)
     assert acked_targets(frame, "md-only") == [0, 1, 2]
     assert acked_targets(frame, "holes") == [0, 1, 3, 5, 8]
     assert acked_targets(frame, "chunk") == [7]
+    assert acked_targets(frame, "md-first-chunk") == [0, 1, 2, 3, 4, 5, 7]
     assert acked_targets(frame, "none") == []
 
 

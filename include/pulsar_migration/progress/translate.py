@@ -5,8 +5,9 @@ individually acknowledged ranges. Over the map (one row per target entry, holdin
 subscription's state becomes one boolean per map row and side; the target's wanted cursor follows from the
 source's booleans, and a sync is exact when both sides' booleans agree on every row. Source entries with no
 row (markers, aborted transactions, entries not copied) are never asked about: they deliver nothing.
-A chunked message spans entries from its first to its last chunk. On the source it counts as acknowledged when
-both ends are; on the target when either is (a consumer assembles it only when it gets all of it).
+A chunked message spans entries from its first to its last chunk. On either side it counts as acknowledged when
+either end is: a consumer assembles it only when it gets all of it (with other producers' entries between its
+chunks, a cumulative acknowledgement of one of them acknowledges the message's first chunks alone).
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ def mark_acked(position_map: DataFrame, cursors: DataFrame, acked: DataFrame, si
     last_acked = _at_or_before(F.col("_l"), F.col("_e"), md_l, md_e) | F.col("_hit_last").isNotNull()
     first_chunk_acked = F.col("_fl").isNotNull() & (_at_or_before(F.col("_fl"), F.col("_fe"), md_l, md_e)
                                                     | F.col("_hit_first").isNotNull())
-    # The target side is judged by what a consumer gets: a chunked message with its first or its last chunk
-    # acknowledged is never assembled, so it counts as acknowledged (a cursor reset to its last chunk loses it).
-    acked = (last_acked | first_chunk_acked) if side == "target" else (
-        last_acked & (F.col("_fl").isNull() | first_chunk_acked))
+    # Both sides are judged by what a consumer gets: a chunked message with its first or its last chunk
+    # acknowledged is never assembled, so it counts as acknowledged (on the target, a cursor reset to its last
+    # chunk loses it; on the source, a cumulative acknowledgement of an entry between its chunks does).
+    acked = last_acked | first_chunk_acked
     return rows.select(*SUB_KEYS, "target_ledger", "target_entry", "target_first_chunk", "source_ledger",
                        "source_entry", "source_messages", "target_messages", acked.alias("acked"))
 
