@@ -150,6 +150,8 @@ class EngineResult:
     earlier_chunk_messages: int = 0
     # Chunked messages no reader delivers (a chunk missing, or the first ones not found): not copied, as not read.
     unassembled_chunked_messages: int = 0
+    # Messages read through the compacted view: a compaction kept them, the source's ledgers no longer hold them.
+    compacted_messages: int = 0
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -158,7 +160,8 @@ class EngineResult:
             return Position(int(ledger), int(entry))
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
-                   "throttle_wait_s", "scan", "earlier_chunk_messages", "unassembled_chunked_messages")
+                   "throttle_wait_s", "scan", "earlier_chunk_messages", "unassembled_chunked_messages",
+                   "compacted_messages")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
@@ -168,7 +171,8 @@ class EngineResult:
                    throttle_wait_s=data.get("throttle_wait_ms", 0) / 1000,
                    scan=EngineScan.parse(data["scan"]) if data.get("scan") else None,
                    earlier_chunk_messages=data.get("earlier_chunk_messages", 0),
-                   unassembled_chunked_messages=data.get("unassembled_chunked_messages", 0))
+                   unassembled_chunked_messages=data.get("unassembled_chunked_messages", 0),
+                   compacted_messages=data.get("compacted_messages", 0))
 
 
 def pulsar_lib() -> Path | None:
@@ -451,6 +455,8 @@ class EngineJob:
     # Chunked messages a stopped run left incomplete on the target: source position -> producer name suffix
     # (partition.IncompleteMessage.resend_suffix).
     resend_suffixes: dict[Position, str] = field(default_factory=dict)
+    # The source's first stored entry, when a compaction kept messages from before it (partition.compacted_gap).
+    compacted_before: Position | None = None
 
 
 class EngineProcess:
@@ -520,6 +526,7 @@ class EngineProcess:
         self._had_jobs = self._had_jobs or bool(jobs)
         line = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
+                            "compacted_before": _pair(j.compacted_before),
                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
                             "keep_identity": j.keep_identity,

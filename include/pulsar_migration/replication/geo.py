@@ -36,6 +36,8 @@ from pulsar_migration.replication.partition import (
     PartitionOutcome,
     PartitionTask,
     SharedClients,
+    compacted_from_stats,
+    compacted_gap,
     judge,
     lag_after,
     run_partition,
@@ -77,6 +79,23 @@ def cursor_name(target: str) -> str:
 
 # -- driver: turn replication on, wait for the backlog -------------------------------------------------
 
+def _check_compacted(spec: MigrationSpec, admin: PulsarAdmin, jobs: list[PartitionJob]) -> None:
+    """Refuses, before anything is turned on, partitions whose messages from before their first stored entry
+    live only in a compacted ledger (partition.compacted_gap): the replicator reads the topic's own entries and
+    never carries them, and the verification, reading the same, would pass."""
+    def gap(job: PartitionJob) -> Position | None:
+        stats = admin.get(f"{admin.topic_path(job.topic)}/stats")
+        return compacted_gap(admin, job.topic, None) if compacted_from_stats(stats) else None
+
+    with ThreadPoolExecutor(spec.admin_concurrency) as pool:
+        gone = [(j.topic, g) for j, g in zip(jobs, pool.map(gap, jobs), strict=True) if g is not None]
+    if gone:
+        names = ", ".join(f"{t.split('://', 1)[-1]} (before {g})" for t, g in gone[:5])
+        raise GeoError(f"{len(gone)} partition(s) on {spec.source} hold messages only in their compacted ledger "
+                       f"({names}{', ...' if len(gone) > 5 else ''}): a compaction kept them and their ledgers were "
+                       "trimmed since; geo-replication does not carry them, copy mode does (replication.mode copy)")
+
+
 def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             jobs: list[PartitionJob]) -> dict[str, Any]:
     """Replicates every selected partition's whole history to the target and waits until it arrived.
@@ -89,6 +108,7 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
         by_ns.setdefault(job.local.split("/", 1)[0], []).append(job)
     _check_allowed(spec, src_admin, sorted(by_ns))
     _check_retention(spec, src_admin, jobs)
+    _check_compacted(spec, src_admin, jobs)
 
     done: dict[str, Any] = {"namespaces_changed": [], "replication_clusters": {}, "target_replication_clusters": {},
                             "cursors_created": [], "partitions_unloaded": [], "unselected_topics_replicated": []}

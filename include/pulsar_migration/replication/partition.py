@@ -85,6 +85,8 @@ class PartitionJob:
     # The source partition's average message size when the driver already read its stats (the rate caps' intake
     # check): 0.0 read and unknown, None not read (engine_phase reads it then).
     average_message_bytes: float | None = None
+    # Whether the source partition has a compaction cursor (its stats list COMPACTION_CURSOR; None: not read).
+    compacted: bool | None = None
 
     @property
     def base_topic(self) -> str:
@@ -129,6 +131,8 @@ class PartitionOutcome:
     earlier_chunk_messages: int = 0
     # Chunked messages of the range no reader delivers (a chunk missing, their first chunks gone): not copied.
     unassembled_chunked_messages: int = 0
+    # Messages of the range read through the compacted view (partition.compacted_gap): the ledgers no longer hold them.
+    compacted_messages: int = 0
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     throttled_s: float = 0.0  # of copy_s, held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
@@ -648,6 +652,8 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
         if copied is None:  # the engine left the rest (from an encrypted entry, a chunk) to the Python path
             resume_after = resume_point(task, mark=True)
     else:
+        if not dry_run:
+            refuse_compacted_gap(task)
         resume_after = resume_point(task, mark=not dry_run)
     if copied is None:
         copied = copy_with_client(task, resume_after, dry_run, max_in_flight, delivery_horizon_s)
@@ -678,9 +684,44 @@ def _copy(task: PartitionTask, dry_run: bool, max_in_flight: int, delivery_horiz
     return scan.rows
 
 
+COMPACTION_CURSOR = "__compaction"
+LAST_POSITION = Position(2**63 - 1, 2**63 - 1)
+
+
+def compacted_gap(admin: PulsarAdmin, topic: str, after: Position | None) -> Position | None:
+    """The source partition's first stored entry when a compaction kept messages from before it and the range
+    (after `after`) starts before it: the entries a compaction read may be trimmed since (no retention, no
+    subscription behind them), and its compacted ledger alone still holds each key's last message there. None: no
+    compacted ledger, or nothing of the range is gone."""
+    stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
+    compacted = stats.get("compactedLedger") or {}
+    if int(compacted.get("ledgerId", -1)) < 0 or int(compacted.get("entries", 0)) <= 0:
+        return None
+    ledgers = stats.get("ledgers") or []
+    first = Position(int(ledgers[0]["ledgerId"]), 0) if ledgers else LAST_POSITION
+    return first if after is None or after < Position(first.ledger, -1) else None
+
+
 def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
     """The source partition's average message size from its counters since it was loaded (None: unknown)."""
     return average_from_stats(admin.get(f"{admin.topic_path(topic)}/stats"))
+
+
+def refuse_compacted_gap(task: PartitionTask) -> None:
+    """The Python path reads no compacted view: a partition that needs one (compacted_gap) fails in one line."""
+    admin, topic = task.src_admin, task.job.topic
+    if not compacted_from_stats(admin.get(f"{admin.topic_path(topic)}/stats")):
+        return
+    gap = compacted_gap(admin, topic, task.map_source)
+    if gap is not None:
+        raise ReadError(f"{topic} on the source holds messages from before {gap} only in its compacted ledger (a "
+                        "compaction kept them and their ledgers were trimmed since): the Python path cannot read "
+                        "that view; the copy engine can (copy_engine auto, with a JDK)")
+
+
+def compacted_from_stats(stats: dict[str, Any]) -> bool:
+    """Whether a partition's stats list the compaction's cursor: a compaction ran on it at some time."""
+    return COMPACTION_CURSOR in (stats.get("subscriptions") or {})
 
 
 def average_from_stats(stats: dict[str, Any]) -> float | None:
@@ -720,7 +761,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         if not shared_process:
             process.abandon()
         return jobs
-    todo: dict[str, tuple[PartitionJob, Position | None, int, dict[Position, str]]] = {}
+    todo: dict[str, tuple[PartitionJob, Position | None, int, dict[Position, str], Position | None]] = {}
     try:
         def prepare(job: PartitionJob) -> None:
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), active.src_admin,
@@ -730,11 +771,15 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     return
                 # Every partition, whatever its messages' size: batches of 16 KiB messages went through the Python
                 # path for its 1.06-1.13x speed there until 2026-11-26, and lost Java producers' binary-key flag.
-                average = job.average_message_bytes
-                if average is None:
-                    average = average_message_bytes(active.src_admin, job.topic)
+                average, compacted = job.average_message_bytes, job.compacted
+                if average is None or compacted is None:
+                    stats = active.src_admin.get(f"{active.src_admin.topic_path(job.topic)}/stats")
+                    average = average_from_stats(stats) if average is None else average
+                    compacted = compacted_from_stats(stats)
+                after = job.map_end[1] if job.map_end else None
+                gap = compacted_gap(active.src_admin, job.topic, after) if compacted else None
                 resume = resume_point(task, mark=True)
-                todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes))
+                todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap)
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
@@ -750,8 +795,9 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     rows_files = {topic: f"{rows_dir}/{index}.rows" for index, topic in enumerate(todo)} if rows_dir else {}
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
-                      receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes)
-            for job, resume, queue, suffixes in todo.values() if job.upper is not None]
+                      receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes,
+                      compacted_before=gap)
+            for job, resume, queue, suffixes, gap in todo.values() if job.upper is not None]
     try:
         results, timings = process.run_round(work) if shared_process else process.run(work)
     except EngineError as exc:
@@ -852,6 +898,7 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.skipped_messages, outcome.delayed_messages = result.skipped_messages, result.delayed_messages
     outcome.earlier_chunk_messages = result.earlier_chunk_messages
     outcome.unassembled_chunked_messages = result.unassembled_chunked_messages
+    outcome.compacted_messages = result.compacted_messages
     if result.unassembled_chunked_messages:
         log.warning("%s: %d chunked message(s) miss a chunk or their first ones on the source; no reader delivers "
                     "them there, and they are not copied", job.topic, result.unassembled_chunked_messages)

@@ -31,6 +31,7 @@ from pulsar_migration.replication.partition import (
     PartitionOutcome,
     SharedClients,
     average_from_stats,
+    compacted_from_stats,
     copy_partition,
     engine_group,
     engine_phase,
@@ -251,7 +252,8 @@ def intake_check(caps: Caps, admin: PulsarAdmin, jobs: list[PartitionJob],
             log.debug("%s: no stats for the intake check", job.topic, exc_info=True)
             return 0.0, 0.0, job
         return (float(stats.get("msgThroughputIn") or 0), float(stats.get("msgRateIn") or 0),
-                replace(job, average_message_bytes=average_from_stats(stats) or 0.0))
+                replace(job, average_message_bytes=average_from_stats(stats) or 0.0,
+                        compacted=compacted_from_stats(stats)))
 
     with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
         rates = list(pool.map(intake, jobs))
@@ -568,7 +570,7 @@ def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: 
 _TOTALS = ("source_messages", "source_entries", "source_bytes", "copied_messages", "copied_entries", "copied_bytes",
            "skipped_messages", "deduplicated", "delayed_messages", "delivery_time_lookups", "target_messages",
            "target_entries", "mapped_entries", "shape_errors", "earlier_chunk_messages",
-           "unassembled_chunked_messages")
+           "unassembled_chunked_messages", "compacted_messages")
 
 
 def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: float) -> None:

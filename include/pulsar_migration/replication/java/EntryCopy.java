@@ -567,6 +567,10 @@ public final class EntryCopy {
     final boolean scanWanted;  // read the target back after the copy (TargetScan), rows into rowsFile
     final long[] scanAfter;
     final String rowsFile;
+    // The source's first stored entry when a compaction kept messages from before it (ledgers trimmed since): the
+    // range up to it is read through the compacted view (copyCompacted), where alone they still are.
+    final long[] compactedBefore;
+    long compactedMessages;  // messages copyCompacted read
     // The cutover's final delta: every entry goes under its source producer's name with its source sequence ids, so
     // the target's deduplication knows each client's last sequence id as the source did when the client comes back
     // there and sends again what the source stored but never acknowledged.
@@ -588,6 +592,7 @@ public final class EntryCopy {
         this.scanWanted = job.path("scan").asBoolean(false);
         this.scanAfter = position(job.get("scan_after"));
         this.rowsFile = text(job, "rows_file");
+        this.compactedBefore = position(job.get("compacted_before"));
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         String token = System.getenv("PM_SOURCE_TOKEN");
@@ -661,6 +666,7 @@ public final class EntryCopy {
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
         result.put("earlier_chunk_messages", earlierChunkMessages);
+        result.put("compacted_messages", compactedMessages);
         result.put("unassembled_chunked_messages", chunks.lost.size());
         result.put("copy_ms", (done - started) / 1_000_000);
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
@@ -679,9 +685,10 @@ public final class EntryCopy {
         if (upper == null || (after != null && compare(after[0], after[1], upper[0], upper[1]) >= 0)) {
             return;
         }
-        EntryConsumer consumer = openReader(src, topic, after, "cluster " + sourceName, receiverQueue);
+        long[] from = copyCompacted(src, tgt);
+        EntryConsumer consumer = openReader(src, topic, from, "cluster " + sourceName, receiverQueue);
         try {
-            readEntries(consumer, after, upper, topic + " on the source", raw -> entry(raw, src, tgt));
+            readEntries(consumer, from, upper, topic + " on the source", raw -> entry(raw, src, tgt));
             drain();
         } finally {
             consumer.closeAsync();
@@ -697,6 +704,43 @@ public final class EntryCopy {
         }
     }
 
+    /**
+     * The part of the range before `compactedBefore` through the compacted view: a compaction keeps each key's last
+     * message in a ledger of its own, under its original position, and the ledgers it read may be trimmed since
+     * (no retention, no subscription behind them). A reader of the topic itself then starts at its first stored
+     * entry, and the messages only the compacted view holds were lost, with verdict ok. Copied as they are (a
+     * batch keeps the compacted-out places readers skip). Returns where the topic's own entries take over: the last
+     * entry taken here, else `after`.
+     */
+    long[] copyCompacted(PulsarClientImpl src, PulsarClient tgt) throws Exception {
+        if (compactedBefore == null || after != null && compare(after[0], after[1], compactedBefore[0],
+                compactedBefore[1]) >= 0) {
+            return after;
+        }
+        long[][] taken = {after};
+        EntryConsumer consumer = openReader(src, topic, after, "cluster " + sourceName, receiverQueue, true);
+        try {
+            readEntries(consumer, after, upper, topic + " on the source (its compacted view)", raw -> {
+                if (compare(raw.ledger(), raw.entry(), compactedBefore[0], compactedBefore[1]) >= 0) {
+                    return false;  // the topic's own entries from here on
+                }
+                long before = source.messages;
+                if (!entry(raw, src, tgt)) {
+                    throw new IllegalStateException("entry " + raw.ledger() + ":" + raw.entry() + " of the compacted "
+                            + "view needs the Python path (encrypted, or a chunked message past the engine's bound), "
+                            + "which cannot read that view");
+                }
+                compactedMessages += source.messages - before;
+                taken[0] = new long[] {raw.ledger(), raw.entry()};
+                return true;
+            });
+        } finally {
+            consumer.closeAsync();
+            release(consumer);
+        }
+        return taken[0];
+    }
+
     static void waitClosed(List<CompletableFuture<Void>> closed) {
         try {
             CompletableFuture.allOf(closed.toArray(new CompletableFuture[0])).get(30, TimeUnit.SECONDS);
@@ -708,13 +752,19 @@ public final class EntryCopy {
     /** A reader of raw entries from `after`'s entry on (inclusive: the loop drops what is <= `after`). */
     static EntryConsumer openReader(PulsarClientImpl client, String topic, long[] after, String where,
                                     int receiverQueue) {
+        return openReader(client, topic, after, where, receiverQueue, false);
+    }
+
+    /** `compacted`: the topic's compacted view (a compaction's ledger up to its horizon, the topic's entries after). */
+    static EntryConsumer openReader(PulsarClientImpl client, String topic, long[] after, String where,
+                                    int receiverQueue, boolean compacted) {
         ConsumerConfigurationData<byte[]> conf = new ConsumerConfigurationData<>();
         conf.getTopicNames().add(topic);
         conf.setSubscriptionName("pm-copy-reader-" + Long.toHexString(System.nanoTime()));
         conf.setSubscriptionType(SubscriptionType.Exclusive);
         conf.setSubscriptionMode(SubscriptionMode.NonDurable);
         conf.setSubscriptionInitialPosition(SubscriptionInitialPosition.Earliest);
-        conf.setReadCompacted(false);
+        conf.setReadCompacted(compacted);
         conf.setReceiverQueueSize(receiverQueue);
         MessageId start = after == null ? MessageId.earliest : new MessageIdImpl(after[0], after[1], -1);
         CompletableFuture<Consumer<byte[]>> subscribed = new CompletableFuture<>();
