@@ -7,7 +7,8 @@
 //     - around them: binary keys (base64 flag), an empty key, an empty and a binary ordering key, event times,
 //       properties, a null value, batched and unbatched.
 //   read URL TOPIC: every message from the earliest, one line each ("MSG " and the rest: the client logs to stdout
-//     too): its message id (a chunked message: "first;last"), then what a consumer sees of it.
+//     too): its message id (a chunked message: "first;last"), then what a consumer sees of it. read-compacted: the
+//     same through the topic's compacted view.
 // Run with the distribution's lib/ on the class path:  java -cp 'lib/*' ChunkNeighbours.java MODE URL TOPIC [ROUND]
 import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
@@ -32,7 +33,7 @@ public class ChunkNeighbours {
                     produce(client, other, args[2], args[3]);
                 }
             } else {
-                read(client, args[2]);
+                read(client, args[2], args[0].equals("read-compacted"));
             }
         }
     }
@@ -100,9 +101,9 @@ public class ChunkNeighbours {
         return (label + "-" + kind + "-" + i).getBytes(StandardCharsets.UTF_8);
     }
 
-    static void read(PulsarClient client, String topic) throws Exception {
+    static void read(PulsarClient client, String topic, boolean compacted) throws Exception {
         try (Reader<byte[]> reader = client.newReader(Schema.BYTES).topic(topic).startMessageId(MessageId.earliest)
-                .create()) {
+                .readCompacted(compacted).create()) {
             while (reader.hasMessageAvailable()) {
                 Message<byte[]> m = reader.readNext(30, TimeUnit.SECONDS);
                 if (m == null) {
