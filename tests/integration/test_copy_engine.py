@@ -29,7 +29,7 @@ from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import engine, posmap
-from pulsar_migration.replication.partition import PartitionJob, average_message_bytes, scan_copied_target
+from pulsar_migration.replication.partition import PartitionJob, average_from_stats, scan_copied_target
 from pulsar_migration.replication.step import STEP, run
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
@@ -526,7 +526,7 @@ def test_the_engine_copies_four_partitions_of_large_batches_in_a_small_heap(
         for index in range(4):
             topic = f"{base}-partition-{index}"
             last = admin_a.get(f"{admin_a.topic_path(topic)}/lastMessageId")
-            queue = engine.receiver_queue_for(average_message_bytes(admin_a, topic))
+            queue = engine.receiver_queue_for(average_from_stats(admin_a.get(f"{admin_a.topic_path(topic)}/stats")))
             assert queue < engine.RECEIVER_QUEUE
             jobs.append(engine.EngineJob(topic, base, None, None, Position(last["ledgerId"], last["entryId"]),
                                          rows_file=str(tmp_path / f"rows-{index}"), receiver_queue=queue))

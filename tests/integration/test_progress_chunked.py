@@ -39,6 +39,11 @@ def ack_and_migrate(consumers: dict[str, pulsar.Consumer], acks: Callable[[str, 
             if acks(name, m.data()):
                 consumer.acknowledge(m)
         consumer.close()
+    migrate(tenant, cluster_a, cluster_b, tmp_path)
+
+
+def migrate(tenant: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> None:
+    """sync_metadata, replicate_topics and sync_progress of `tenant` into `tmp_path / "run"`."""
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     run_dir = tmp_path / "run"
     assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
@@ -77,6 +82,15 @@ def test_a_chunked_first_unacknowledged_message_is_delivered_whole(
 
 
 # name -> the messages it acknowledges (by payload prefix) before the migration
+def spanning_message(cluster: LocalCluster, c: pulsar.Client, topic: str, uuid: str) -> None:
+    """"first", a message in six 10 KB chunks ("0123456789" repeated) with "between-0..2" stored between its third
+    and fourth chunk, then "last" (test_copy_chunked_engine's spanning message, stored in one go)."""
+    from tests.integration.test_copy_chunked_engine import begin_spanning_message, end_spanning_message
+
+    producer = c.create_producer(topic, batching_enabled=False)
+    end_spanning_message(cluster, producer, begin_spanning_message(cluster, producer, topic, uuid))
+
+
 SPAN_ACKED = {
     "none": set(),
     "around": {b"first", b"between-0", b"between-2", b"last"},  # acked around the chunked one, not it
@@ -92,22 +106,13 @@ def test_a_message_chunked_small_between_other_entries_keeps_every_subscriptions
     """A message in 10 KB chunks with another producer's entries between its chunks: the engine (since 2026-11-27)
     sends it whole at its last chunk, and the target, whose limit is 5 MB, stores it unchunked in that place. Every
     subscription's acknowledgements around it, of it, or of everything but the last message translate exactly."""
-    from tests.integration.test_copy_chunked_engine import split_chunks
-
     tenant = source_tenant(admin_a, cluster_a, unique("it-progress-split"))
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     try:
         c = client(cluster_a)
         consumers = {name: subscribe(c, topic, name, pulsar.ConsumerType.Shared) for name in SPAN_ACKED}
-        producer = c.create_producer(topic, batching_enabled=False)
-        producer.send(b"first")
-        chunked = (topic, "progress-span", "6", "3", str(60_000), "0123456789")
-        split_chunks("first", cluster_a.service_url, *chunked)
-        for i in range(3):
-            producer.send(f"between-{i}".encode())
-        split_chunks("rest", cluster_a.service_url, *chunked)
-        producer.send(b"last")
+        spanning_message(cluster_a, c, topic, "progress-span")
 
         def label(data: bytes) -> bytes:
             return data[:10] if data.startswith(b"0123456789") else data
@@ -142,22 +147,13 @@ def test_a_cumulative_acknowledgement_inside_a_chunked_message_translates_as_the
     it. On the source the subscription then gets the message's later chunks without their first one, which no
     client puts together: the message is never delivered. The target, where the message is one entry after the
     acknowledged one, must not deliver it either."""
-    from tests.integration.test_copy_chunked_engine import split_chunks
-
     tenant = source_tenant(admin_a, cluster_a, unique("it-progress-cumul"))
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(f"/persistent/{tenant}/ns/t")
     try:
         c = client(cluster_a)
         consumers = {name: subscribe(c, topic, name, pulsar.ConsumerType.Failover) for name in CUMULATIVE_AT}
-        producer = c.create_producer(topic, batching_enabled=False)
-        producer.send(b"first")
-        chunked = (topic, "progress-cumulative", "6", "3", str(60_000), "0123456789")
-        split_chunks("first", cluster_a.service_url, *chunked)
-        for i in range(3):
-            producer.send(f"between-{i}".encode())
-        split_chunks("rest", cluster_a.service_url, *chunked)
-        producer.send(b"last")
+        spanning_message(cluster_a, c, topic, "progress-cumulative")
 
         for name, consumer in consumers.items():
             for m in receive_all(consumer):
@@ -165,11 +161,7 @@ def test_a_cumulative_acknowledgement_inside_a_chunked_message_translates_as_the
                     consumer.acknowledge_cumulative(m)
                     break
             consumer.close()
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-        assert replicate(spec, run_dir) == 0
-        assert sync(spec, run_dir) == 0
+        migrate(tenant, cluster_a, cluster_b, tmp_path)
         c.close()
 
         def label(data: bytes) -> bytes:

@@ -36,7 +36,6 @@ from pulsar_migration.replication.partition import (
     PartitionOutcome,
     PartitionTask,
     SharedClients,
-    compacted_from_stats,
     compacted_gap,
     judge,
     lag_after,
@@ -83,12 +82,9 @@ def _check_compacted(spec: MigrationSpec, admin: PulsarAdmin, jobs: list[Partiti
     """Refuses, before anything is turned on, partitions whose messages from before their first stored entry
     live only in a compacted ledger (partition.compacted_gap): the replicator reads the topic's own entries and
     never carries them, and the verification, reading the same, would pass."""
-    def gap(job: PartitionJob) -> Position | None:
-        stats = admin.get(f"{admin.topic_path(job.topic)}/stats")
-        return compacted_gap(admin, job.topic, None) if compacted_from_stats(stats) else None
-
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
-        gone = [(j.topic, g) for j, g in zip(jobs, pool.map(gap, jobs), strict=True) if g is not None]
+        gaps = pool.map(lambda job: compacted_gap(admin, job.topic, None), jobs)
+        gone = [(j.topic, g) for j, g in zip(jobs, gaps, strict=True) if g is not None]
     if gone:
         names = ", ".join(f"{t.split('://', 1)[-1]} (before {g})" for t, g in gone[:5])
         raise GeoError(f"{len(gone)} partition(s) on {spec.source} hold messages only in their compacted ledger "

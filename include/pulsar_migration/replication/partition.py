@@ -688,11 +688,17 @@ COMPACTION_CURSOR = "__compaction"
 LAST_POSITION = Position(2**63 - 1, 2**63 - 1)
 
 
-def compacted_gap(admin: PulsarAdmin, topic: str, after: Position | None) -> Position | None:
+def compacted_gap(admin: PulsarAdmin, topic: str, after: Position | None, *,
+                  compacted: bool | None = None) -> Position | None:
     """The source partition's first stored entry when a compaction kept messages from before it and the range
     (after `after`) starts before it: the entries a compaction read may be trimmed since (no retention, no
     subscription behind them), and its compacted ledger alone still holds each key's last message there. None: no
-    compacted ledger, or nothing of the range is gone."""
+    compacted ledger, or nothing of the range is gone. `compacted`: whether its stats list the compaction's cursor
+    (compacted_from_stats; None: they are read here); only then is its internalStats read."""
+    if compacted is None:
+        compacted = compacted_from_stats(admin.get(f"{admin.topic_path(topic)}/stats"))
+    if not compacted:
+        return None
     stats = admin.get(f"{admin.topic_path(topic)}/internalStats")
     compacted = stats.get("compactedLedger") or {}
     if int(compacted.get("ledgerId", -1)) < 0 or int(compacted.get("entries", 0)) <= 0:
@@ -702,17 +708,10 @@ def compacted_gap(admin: PulsarAdmin, topic: str, after: Position | None) -> Pos
     return first if after is None or after < Position(first.ledger, -1) else None
 
 
-def average_message_bytes(admin: PulsarAdmin, topic: str) -> float | None:
-    """The source partition's average message size from its counters since it was loaded (None: unknown)."""
-    return average_from_stats(admin.get(f"{admin.topic_path(topic)}/stats"))
-
-
 def refuse_compacted_gap(task: PartitionTask) -> None:
     """The Python path reads no compacted view: a partition that needs one (compacted_gap) fails in one line."""
-    admin, topic = task.src_admin, task.job.topic
-    if not compacted_from_stats(admin.get(f"{admin.topic_path(topic)}/stats")):
-        return
-    gap = compacted_gap(admin, topic, task.map_source)
+    topic = task.job.topic
+    gap = compacted_gap(task.src_admin, topic, task.map_source)
     if gap is not None:
         raise ReadError(f"{topic} on the source holds messages from before {gap} only in its compacted ledger (a "
                         "compaction kept them and their ledgers were trimmed since): the Python path cannot read "
@@ -777,7 +776,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     average = average_from_stats(stats) if average is None else average
                     compacted = compacted_from_stats(stats)
                 after = job.map_end[1] if job.map_end else None
-                gap = compacted_gap(active.src_admin, job.topic, after) if compacted else None
+                gap = compacted_gap(active.src_admin, job.topic, after, compacted=compacted)
                 resume = resume_point(task, mark=True)
                 todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap)
             except Exception:  # left to the Python path: the partition's own task meets it and reports it

@@ -551,7 +551,6 @@ public final class EntryCopy {
     String fallbackAt;
     final Chunks chunks = new Chunks();
     final java.util.Set<String> gatheredEarlier = new java.util.HashSet<>();  // uuids gatherEarlierChunks looked for
-    boolean earlierSettled;  // the last readEarlierChunks met a first chunk: no earlier start changes what it found
     long earlierChunkMessages;  // messages whose earlier chunks it found
     // Source positions of chunked messages a stopped run left incomplete on the target, with the suffix their second
     // sending adds to the producer name (partition.IncompleteMessage.resend_suffix).
@@ -1168,21 +1167,22 @@ public final class EntryCopy {
                 continue;  // past the range's start (other producers' clocks), or no earlier than the last try
             }
             tried = from;
-            if (gatheredFrom(src, md, from)) {
+            boolean settled = readEarlierChunks(src, uuid, from);
+            if (gathered(md, from)) {
                 return true;
             }
-            if (earlierSettled) {
+            if (settled) {
                 return false;
             }
         }
-        return gatheredFrom(src, md, null);
+        readEarlierChunks(src, uuid, null);
+        return gathered(md, null);
     }
 
-    /** gatherEarlierChunks from `from` (null: the topic's first entry); false when they are not all there, and
-     * then whether an earlier start could find them is left in `earlierSettled`. */
-    boolean gatheredFrom(PulsarClientImpl src, MessageMetadata md, long[] from) throws Exception {
+    /** Whether readEarlierChunks from `from` (null: the topic's first entry) gathered every chunk before `md`'s;
+     * what it gathered is dropped when not. */
+    boolean gathered(MessageMetadata md, long[] from) {
         String uuid = md.getUuid();
-        earlierSettled = readEarlierChunks(src, uuid, from);
         boolean gathered = chunks.expects(uuid, md.getChunkId());
         System.err.println("EntryCopy: " + where + ": the chunks before chunk " + md.getChunkId() + " of message "
                 + uuid + ", read again from " + (from == null ? "the topic's first entry" : from[0] + ":" + from[1])
