@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 from pulsar_migration.cachedir import build_once
@@ -44,3 +45,19 @@ def command(name: str, home: Path, package: str = "") -> list[str]:
 
     build_once(classes, classes.joinpath(*qualified.split(".")).with_suffix(".class"), build)
     return ["java", "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", qualified]
+
+
+def entry_filter_nar(directory: Path, name: str, source: str, filter_class: str, home: Path) -> Path:
+    """A broker entry filter plugin (a NAR: the compiled classes of `localdev/java/<source>.java` and the
+    `entry_filter.yml` naming `filter_class` as the filter `name`) written into `directory`, a broker's
+    `entryFiltersDirectory`."""
+    classes = Path(command(source, home)[2].split(os.pathsep)[0])
+    definition = f"name: {name}\ndescription: test filter {filter_class}\nentryFilterClass: {filter_class}\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    nar = directory / f"{name}.nar"
+    with zipfile.ZipFile(nar, "w") as archive:
+        archive.writestr("META-INF/services/entry_filter.yml", definition)
+        archive.writestr("META-INF/bundled-dependencies/", "")
+        for path in sorted(classes.rglob("*.class")):
+            archive.write(path, path.relative_to(classes).as_posix())
+    return nar

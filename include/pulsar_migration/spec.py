@@ -241,6 +241,16 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                    "re-publishes every message through the Python client; 'auto' takes java when "
                                    "it is available.",
                 },
+                "trust_source_entry_filters": {
+                    "title": "Trust source entry filters",
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Replicate topics that pass through broker entry filters on the source. The "
+                                   "broker applies them to the step's readers too (subscriptions named "
+                                   "pm-copy-reader-*), so a message they reject for those is lost by a copy, and no "
+                                   "hash can see it; set this only for filters that pass every message to them. "
+                                   "Without it such a run fails before writing anything.",
+                },
                 "geo_timeout_s": {
                     "title": "Geo-replication timeout (s)",
                     "type": "integer",
@@ -436,6 +446,11 @@ class MigrationSpec:
     def progress_interval_s(self) -> int:
         """Seconds between a running copy's progress lines (options.progress_interval_s)."""
         return int(self.options.get("progress_interval_s", PROGRESS_INTERVAL_DEFAULT_S))
+
+    @property
+    def trust_source_entry_filters(self) -> bool:
+        """Copy topics behind source entry filters anyway (options.trust_source_entry_filters)."""
+        return bool(self.options.get("trust_source_entry_filters", False))
 
     @property
     def copy_caps(self) -> Caps:

@@ -34,7 +34,7 @@ from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication import posmap, reading
 from pulsar_migration.replication.partition import PartitionJob, copy_partition
 from pulsar_migration.spec import MigrationSpec
-from pulsar_migration.stepjob import run_step
+from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
@@ -156,6 +156,107 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
         finally:
             held.kill()
             held.wait(timeout=30)
+    finally:
+        for admin in (admin_c, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        admin_c.close()
+
+
+HIDDEN_EVERY = 3  # every third message carries the property the test filters reject (RejectTaggedEntries.java)
+
+
+def produce_some_hidden(cluster: LocalCluster, topic: str, count: int) -> list[bytes]:
+    """`count` unbatched messages (a filter sees a batch's own metadata only), every third with the property
+    `hidden`, the last one without it: a reader's range then ends on an entry it is given."""
+    c = client(cluster)
+    try:
+        producer = c.create_producer(topic, batching_enabled=False)
+        values = [f"{topic.rsplit('/', 1)[-1]}-{i}".encode() for i in range(count)]
+        for i, value in enumerate(values):
+            producer.send(value, properties={"hidden": "yes"} if i % HIDDEN_EVERY == 0 and i < count - 1 else {})
+        producer.close()
+        return values
+    finally:
+        c.close()
+
+
+def sees_hidden(cluster: LocalCluster, topic: str) -> list[bytes]:
+    """What a subscription the filters let through gets, from the earliest message."""
+    c = client(cluster)
+    try:
+        consumer = c.subscribe(topic, "sees-hidden-audit", initial_position=pulsar.InitialPosition.Earliest)
+        got = [m.data() for m in receive_all(consumer)]
+        consumer.close()
+        return got
+    finally:
+        c.close()
+
+
+def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_the_step_copy_everything(
+    cluster_c: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+) -> None:
+    """A source broker with entry filters (PIP-105, real plugins): it applies them to every subscription, the
+    step's readers included, so a copy lost what they reject with verdict ok (shown before the check: 7 of 11
+    messages on the target). Every mode refuses such topics in one line before writing anything; filters that
+    let the step's readers (`pm-copy-reader-*`) through, with options.trust_source_entry_filters, copy every
+    message, through the engine and the Python path."""
+    home = pulsar_home()
+    plugins = tmp_path / "entry-filters"
+    java_programs.entry_filter_nar(plugins, "reject-tagged", "RejectTaggedEntries", "RejectTaggedEntries", home)
+    java_programs.entry_filter_nar(plugins, "reject-tagged-except-copies", "RejectTaggedEntries",
+                                   "RejectTaggedEntries$ExceptCopies", home)
+    pulsar_local.start_with_overrides(cluster_c, f"allowOverrideEntryFilters=true,entryFiltersDirectory={plugins}")
+    admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
+    tenant = unique("it-filters")
+    admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
+    for namespace, name in (("strict", "reject-tagged"), ("aware", "reject-tagged-except-copies")):
+        admin_c.put(f"/namespaces/{tenant}/{namespace}")
+        admin_c.post(f"/namespaces/{tenant}/{namespace}/entryFilters", {"entryFilterNames": name})
+    admin_c.put(f"/persistent/{tenant}/aware/t/partitions", 2)
+    topics = {"strict": [f"persistent://{tenant}/strict/t"],
+              "aware": [f"persistent://{tenant}/aware/t-partition-{i}" for i in range(2)]
+              + [f"persistent://{tenant}/aware/u"]}
+    try:
+        written = {topic: produce_some_hidden(cluster_c, topic, 11) for group in topics.values() for topic in group}
+        strict = topics["strict"][0]
+        # The premise: a plain reader misses the hidden messages, a subscription the filter passes gets them all.
+        assert [m["data"] for m in drain_reader(cluster_c, strict)] == [
+            v for i, v in enumerate(written[strict]) if i % HIDDEN_EVERY or i == 10]
+        assert sees_hidden(cluster_c, strict) == written[strict]
+
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        # Refused in one line, in copy and geo mode, before anything is written or turned on.
+        for mode in ("copy", "geo"):
+            mode_spec = write_spec(tmp_path / f"{mode}.json", tenant, cluster_c, cluster_b, replication={"mode": mode})
+            assert replicate(mode_spec, run_dir) == BAD_INPUT_EXIT
+            report = json.loads((run_dir / "replicate_topics.json").read_text())
+            line = report["error"]
+            assert "\n" not in line and f"{tenant}/strict/t (reject-tagged)" in line, line
+            assert f"{tenant}/aware/t (reject-tagged-except-copies)" in line and "trust_source_entry_filters" in line
+            for group in topics.values():
+                for topic in group:
+                    assert drain_reader(cluster_b, topic) == [], topic
+            assert not admin_b.get(f"/namespaces/{tenant}/strict/deduplication")
+            assert admin_c.get(f"/namespaces/{tenant}/strict/replication") == [cluster_c.name]
+        # A dry run names them and goes on.
+        assert replicate(spec, run_dir, "--dry-run") == 0
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["details"]["entry_filters"]["topics"] == 3
+
+        # Filters that pass the step's readers, trusted: everything arrives, engine (t) and Python path (u) alike.
+        for include, engine in (("aware/t", "java"), ("aware/u", "python")):
+            trusted = write_spec(tmp_path / f"trusted-{engine}.json", tenant, cluster_c, cluster_b,
+                                 topics={"include": [f"^{include}$"]},
+                                 options={"trust_source_entry_filters": True, "copy_engine": engine})
+            assert replicate(trusted, run_dir) == 0
+            report = json.loads((run_dir / "replicate_topics.json").read_text())
+            assert report["verdict"] == "ok" and report["details"]["entry_filters"]["trusted"] is True
+            assert {p["copy_engine"] for p in report["details"]["partitions"]} == {engine}
+        for topic in topics["aware"]:
+            assert [m["data"] for m in drain_reader(cluster_b, topic)] == written[topic] == sees_hidden(
+                cluster_c, topic), topic
     finally:
         for admin in (admin_c, admin_b):
             if tenant in admin.get("/tenants"):

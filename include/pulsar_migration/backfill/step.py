@@ -31,6 +31,7 @@ from pulsar_migration.backfill import archive as arch
 from pulsar_migration.backfill.restore import restore_rows, target_topic
 from pulsar_migration.backfill.window import Window, WindowRange, entry_before, source_partitions, window_range
 from pulsar_migration.positions import Position
+from pulsar_migration.replication import entry_filters
 from pulsar_migration.replication import step as replication
 from pulsar_migration.report import stable_hash
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
@@ -85,6 +86,14 @@ def run_backfill(ctx: StepContext) -> None:
     log.info("window %s (%s): %d partition(s), %d with messages; sink %s", window, window.label, len(ranges),
              ctx.report.counts["partitions_with_messages"], sink)
     if sink == "parquet":
+        # Archived from the same readers as a copy (the cluster sink checks inside replication.run).
+        admin = ctx.spec.source_cluster.admin()
+        try:
+            entry_filters.check(ctx.spec, admin, sorted({r.topic.rsplit("-partition-", 1)[0] if r.partition >= 0
+                                                         else r.topic for r in ranges if not r.empty}),
+                                ctx.report.details, dry_run=ctx.dry_run)
+        finally:
+            admin.close()
         _to_archive(ctx, window, ranges)
     else:
         _to_cluster(ctx, ranges)

@@ -19,6 +19,8 @@ STALL_LIMIT_S = 60.0
 END_CONFIRM_S = 10.0
 RETRY_PAUSE_S = 0.2
 RECEIVER_QUEUE = 2000
+# The client names a reader's subscription "<prefix>-reader-<random>"; the engine's are "pm-copy-reader-<hex>".
+READER_ROLE_PREFIX = "pm-copy"
 
 
 class ReadError(RuntimeError):
@@ -60,6 +62,9 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
         # the default action kept it from the reader, which waited out STALL_LIMIT_S and blamed a stall.
         reader = client.create_reader(topic, start, start_message_id_inclusive=True,
                                       receiver_queue_size=RECEIVER_QUEUE,
+                                      # "pm-copy-reader-<random>", as the engine names its readers: what
+                                      # a source entry filter can let through (replication.entry_filters)
+                                      subscription_role_prefix=READER_ROLE_PREFIX,
                                       crypto_failure_action=pulsar.ConsumerCryptoFailureAction.CONSUME)
     except Exception as exc:
         raise ReadError(f"cannot read {where}: {exc}") from exc

@@ -20,7 +20,7 @@ from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position, ledger_sizes
-from pulsar_migration.replication import posmap, trim_risk
+from pulsar_migration.replication import entry_filters, posmap, trim_risk
 from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
     ENGINE_DONE,
@@ -119,6 +119,8 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if not jobs:
             return
         if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
+            entry_filters.check(spec, src_admin, sorted({job.base_topic for job in jobs}), report.details,
+                                dry_run=ctx.dry_run)
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
             started = time.monotonic()
