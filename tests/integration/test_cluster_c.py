@@ -210,24 +210,34 @@ def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_th
     admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
     tenant = unique("it-filters")
     admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
-    for namespace, name in (("strict", "reject-tagged"), ("aware", "reject-tagged-except-copies")):
+    filters = {"strict": "reject-tagged", "aware": "reject-tagged-except-copies"}
+    for namespace in filters:
         admin_c.put(f"/namespaces/{tenant}/{namespace}")
-        admin_c.post(f"/namespaces/{tenant}/{namespace}/entryFilters", {"entryFilterNames": name})
+    admin_c.put(f"/persistent/{tenant}/strict/t")
     admin_c.put(f"/persistent/{tenant}/aware/t/partitions", 2)
+    admin_c.put(f"/persistent/{tenant}/aware/u")
     topics = {"strict": [f"persistent://{tenant}/strict/t"],
               "aware": [f"persistent://{tenant}/aware/t-partition-{i}" for i in range(2)]
               + [f"persistent://{tenant}/aware/u"]}
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
+    run_dir = tmp_path / "run"
     try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        # With the filters set on the source, sync_metadata carries them; cluster-b's brokers load no such
+        # plugin, and the broker's own check of the setter names it in one line (none is stored unchecked).
+        for namespace, name in filters.items():
+            admin_c.post(f"/namespaces/{tenant}/{namespace}/entryFilters", {"entryFilterNames": name})
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 1
+        line = json.loads((run_dir / "sync_metadata.json").read_text())["error"]
+        assert "\n" not in line and "/entryFilters on cluster-b" in line and "' not found" in line, line
+        assert not admin_b.get(f"/namespaces/{tenant}/strict").get("entryFilters")
+
         written = {topic: produce_some_hidden(cluster_c, topic, 11) for group in topics.values() for topic in group}
         strict = topics["strict"][0]
         # The premise: a plain reader misses the hidden messages, a subscription the filter passes gets them all.
         assert [m["data"] for m in drain_reader(cluster_c, strict)] == [
             v for i, v in enumerate(written[strict]) if i % HIDDEN_EVERY or i == 10]
         assert sees_hidden(cluster_c, strict) == written[strict]
-
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
-        run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
         # Refused in one line, in copy and geo mode, before anything is written or turned on.
         for mode in ("copy", "geo"):
             mode_spec = write_spec(tmp_path / f"{mode}.json", tenant, cluster_c, cluster_b, replication={"mode": mode})

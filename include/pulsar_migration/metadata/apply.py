@@ -104,9 +104,15 @@ class ChangeApplier:
         path = f"/namespaces/{self.tenant}/{seg(c.key)}"
         if c.action == CREATE:
             create_body = dict(body["policies"])
+            # A creation body's entry filters are stored unchecked, naming plugins the target may not load: set
+            # through their setter, which checks them.
+            filters = create_body.pop("entryFilters", None)
             if body.get("numBundles"):
                 create_body["bundles"] = {"numBundles": body["numBundles"]}
             admin.put(path, create_body)
+            if filters is not None:
+                method, suffix = r.NAMESPACE_POLICY_SETTERS["entryFilters"]
+                admin.request(method, f"{path}{suffix}", json_body=filters)
             return
         for name, value in body["policies"].items():
             method, suffix = r.NAMESPACE_POLICY_SETTERS[name]

@@ -79,6 +79,9 @@ NAMESPACE_POLICY_SETTERS: dict[str, tuple[str, str]] = {
     "properties": ("PUT", "/properties"),
     "subscription_types_enabled": ("POST", "/subscriptionTypesEnabled"),
     "backlog_quota_map": ("POST", "/backlogQuota"),  # one call per quota type
+    # Broker entry filters (PIP-105) by plugin name: the target's brokers must load the same plugins
+    # (allowOverrideEntryFilters, entryFiltersDirectory), or the setter names the missing one.
+    "entryFilters": ("POST", "/entryFilters"),
     # Rate maps are keyed by cluster name: the source's entry becomes the target's.
     "topicDispatchRate": ("POST", "/dispatchRate"),
     "subscriptionDispatchRate": ("POST", "/subscriptionDispatchRate"),
@@ -115,6 +118,7 @@ TOPIC_POLICY_PATHS: tuple[str, ...] = (
     "subscriptionTypesEnabled",
     "autoSubscriptionCreation",
     "schemaCompatibilityStrategy",  # set with PUT; the rest with POST
+    "entryFilters",
     # schemaValidationEnforced is left out: the broker answers `false` when it is unset.
 )
 TOPIC_POLICY_PUT = frozenset({"schemaCompatibilityStrategy"})
