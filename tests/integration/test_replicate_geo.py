@@ -297,3 +297,41 @@ def test_geo_carries_a_message_chunked_small_and_names_chunks_at_the_full_size_i
     assert parts[full]["status"] == "failed"
     assert "the source holds 1 chunked message(s)" in parts[full]["error"], parts[full]["error"]
     assert "replication.mode copy" in parts[full]["error"]
+
+
+def test_geo_names_messages_their_producer_kept_from_other_clusters(
+    geo_tenant: str, spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    tmp_path: Path,
+) -> None:
+    """A producer can keep a message from other clusters (`disable_replication`, or `replication_clusters` without
+    the target): every reader of the source gets it, Pulsar's replicator never sends it. The step fails that
+    partition in one line that names such entries and copy mode (it said "entries dropped on the target?"); a
+    partition without them is replicated as usual."""
+    tenant = geo_tenant
+    kept, plain = f"persistent://{tenant}/ns/audit", f"persistent://{tenant}/ns/orders-partition-0"
+    c = client(cluster_a)
+    try:
+        for topic in (kept, plain):
+            producer = c.create_producer(topic, batching_enabled=False)
+            producer.send(b"before")
+            if topic == kept:
+                producer.send(b"local only", disable_replication=True)
+                producer.send(b"source cluster only", replication_clusters=[cluster_a.name])
+            producer.send(b"after")
+            producer.close()
+    finally:
+        c.close()
+    admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+    assert [m["data"] for m in drain(cluster_a, kept)] == [b"before", b"local only", b"source cluster only",
+                                                            b"after"]  # what the source's readers get
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
+                      options={"geo_timeout_s": 60})
+    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+    assert step(spec, tmp_path / "run") == 1
+    parts = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}
+    assert [m["data"] for m in drain(cluster_b, kept)] == [b"before", b"after"]
+    error = parts[kept]["error"]
+    assert parts[kept]["status"] == "failed" and "\n" not in error
+    assert "2 source entries are marked by the producer for other clusters only" in error, error
+    assert "replicated-to __local__" in error and "replication.mode copy" in error and "dropped" not in error
+    assert parts[plain]["status"] == "ok" and content(drain(cluster_b, plain)) == content(drain(cluster_a, plain))

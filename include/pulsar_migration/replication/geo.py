@@ -66,6 +66,8 @@ SETTLE_S = 5.0
 SOURCE_READ_ATTEMPTS = 3
 # Batched target entries whose source position is checked through the admin entry endpoint, per partition.
 HEADER_SAMPLES = 5
+# Source entries that did not arrive whose headers are read for a producer's replicateTo (local_only_hint).
+LOCAL_ONLY_LOOKUPS = 50
 
 
 class GeoError(StepFailed):
@@ -440,6 +442,26 @@ def chunked_hint(entries: list[_Entry]) -> str:
             "with replication.mode copy")
 
 
+def local_only_hint(spec: MigrationSpec, admin: PulsarAdmin, topic: str, source: list[_Entry],
+                    target: list[_Entry]) -> str:
+    """Why a target that lacks entries may lack them, when source entries a reader delivers are marked by their
+    producer for other clusters only (`replicationClusters`, or `disableReplication`: `X-Pulsar-replicated-to`
+    `__local__`): Pulsar's replicator skips them. The source entries no target entry names as its origin are
+    looked up, at most LOCAL_ONLY_LOOKUPS (a batch replicated whole names none: a lookup, and no such entry)."""
+    arrived = {t.source_property for t in target if t.source_property}
+    held: list[tuple[Position, str]] = []
+    for entry in [s for s in source if str(s.position) not in arrived][:LOCAL_ONLY_LOOKUPS]:
+        to = admin.entry_headers(topic, entry.position.ledger, entry.position.entry).get("X-Pulsar-replicated-to")
+        if to is not None and spec.target not in {c.strip() for c in to.split(",")}:
+            held.append((entry.position, to))
+    if not held:
+        return ""
+    return (f"; {len(held)} source entr{'y is' if len(held) == 1 else 'ies are'} marked by the producer for other "
+            f"clusters only (the first at {held[0][0]}, replicated-to {held[0][1]}: replicationClusters or "
+            f"disableReplication): Pulsar's replicator never sends them to {spec.target}, while every reader of the "
+            "source gets them; copy such topics with replication.mode copy")
+
+
 def _sample(indexes: list[int], count: int) -> list[int]:
     """Up to `count` indexes spread evenly, the first and the last included."""
     if len(indexes) <= count:
@@ -567,11 +589,13 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     started = time.monotonic()
     rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
     if len(target.entries) < wanted:
+        hint = chunked_hint(source.entries) or local_only_hint(spec, src_admin, job.topic, source.entries,
+                                                               target.entries)
+        guess = "" if hint else " (entries dropped on the target?)"
         short = f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
-            f"although the source's replicator cursor is past {job.upper} (entries dropped on the target?)"
+            f"although the source's replicator cursor is past {job.upper}{guess}"
             if settle_until is not None else f"after {spec.geo_timeout_s}s")
         errors.insert(0, short)
-        hint = chunked_hint(source.entries)
         if hint:  # the partition's one line: the likely cause before the differing hashes it causes
             outcome.fail(f"{job.topic}: {short}{hint}")
     outcome.verify_s = round(time.monotonic() - started, 3)
