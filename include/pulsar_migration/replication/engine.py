@@ -152,6 +152,8 @@ class EngineResult:
     unassembled_chunked_messages: int = 0
     # Messages read through the compacted view: a compaction kept them, the source's ledgers no longer hold them.
     compacted_messages: int = 0
+    # Readings again after the source's reader was moved past stored entries (a message TTL: EntryCopy.Gaps).
+    reader_rereads: int = 0
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -161,7 +163,7 @@ class EngineResult:
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
                    "throttle_wait_s", "scan", "earlier_chunk_messages", "unassembled_chunked_messages",
-                   "compacted_messages")
+                   "compacted_messages", "reader_rereads")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
@@ -172,7 +174,8 @@ class EngineResult:
                    scan=EngineScan.parse(data["scan"]) if data.get("scan") else None,
                    earlier_chunk_messages=data.get("earlier_chunk_messages", 0),
                    unassembled_chunked_messages=data.get("unassembled_chunked_messages", 0),
-                   compacted_messages=data.get("compacted_messages", 0))
+                   compacted_messages=data.get("compacted_messages", 0),
+                   reader_rereads=data.get("reader_rereads", 0))
 
 
 def pulsar_lib() -> Path | None:
@@ -457,6 +460,9 @@ class EngineJob:
     resend_suffixes: dict[Position, str] = field(default_factory=dict)
     # The source's first stored entry, when a compaction kept messages from before it (partition.compacted_gap).
     compacted_before: Position | None = None
+    # The source partition's (ledger, entry count) when its message TTL is set (reading.EntryGaps): the engine
+    # reads again where its reader is moved past stored entries. None: no TTL, nothing watched.
+    ledgers: list[tuple[int, int]] | None = None
 
 
 class EngineProcess:
@@ -527,6 +533,7 @@ class EngineProcess:
         line = json.dumps([{"topic": j.topic, "base_topic": j.base_topic, "after": _pair(j.after),
                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                             "compacted_before": _pair(j.compacted_before),
+                            "ledgers": [list(pair) for pair in j.ledgers] if j.ledgers is not None else None,
                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
                             "keep_identity": j.keep_identity,

@@ -42,7 +42,7 @@ from pulsar_migration.replication.engine import (
     receiver_queue_for,
 )
 from pulsar_migration.replication.posmap import MapRow
-from pulsar_migration.replication.reading import ReadError, chunk_fields, read_range
+from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
 from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
@@ -87,6 +87,9 @@ class PartitionJob:
     average_message_bytes: float | None = None
     # Whether the source partition has a compaction cursor (its stats list COMPACTION_CURSOR; None: not read).
     compacted: bool | None = None
+    # The source topic's message TTL in seconds (source_ttl; 0 none, -1 unknown): not 0, its readers watch for
+    # being moved past stored entries (reading.EntryGaps).
+    message_ttl_s: int = 0
 
     @property
     def base_topic(self) -> str:
@@ -133,6 +136,8 @@ class PartitionOutcome:
     unassembled_chunked_messages: int = 0
     # Messages of the range read through the compacted view (partition.compacted_gap): the ledgers no longer hold them.
     compacted_messages: int = 0
+    # Readings again after the source's reader was moved past stored entries (its message TTL: reading.EntryGaps).
+    reader_rereads: int = 0
     engine_times: dict[str, Any] | None = None  # the engine process's start-up and this partition's copy and waits
     copy_s: float = 0.0
     throttled_s: float = 0.0  # of copy_s, held back by the run's rate caps (options.copy_max_mb/msgs_per_s)
@@ -760,7 +765,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
         if not shared_process:
             process.abandon()
         return jobs
-    todo: dict[str, tuple[PartitionJob, Position | None, int, dict[Position, str], Position | None]] = {}
+    todo: dict[str, tuple[PartitionJob, Position | None, int, dict[Position, str], Position | None,
+                          list[tuple[int, int]] | None]] = {}
     try:
         def prepare(job: PartitionJob) -> None:
             task = PartitionTask(job, PartitionOutcome(job.topic, job.local, job.partition), active.src_admin,
@@ -777,8 +783,10 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     compacted = compacted_from_stats(stats)
                 after = job.map_end[1] if job.map_end else None
                 gap = compacted_gap(active.src_admin, job.topic, after, compacted=compacted)
+                ledgers = ledger_entries(active.src_admin, job.topic) if job.message_ttl_s else None
                 resume = resume_point(task, mark=True)
-                todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap)
+                todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap,
+                                   ledgers)
             except Exception:  # left to the Python path: the partition's own task meets it and reports it
                 log.debug("%s: no resume point for the engine", job.topic, exc_info=True)
 
@@ -795,8 +803,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
                       receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes,
-                      compacted_before=gap)
-            for job, resume, queue, suffixes, gap in todo.values() if job.upper is not None]
+                      compacted_before=gap, ledgers=ledgers)
+            for job, resume, queue, suffixes, gap, ledgers in todo.values() if job.upper is not None]
     try:
         results, timings = process.run_round(work) if shared_process else process.run(work)
     except EngineError as exc:
@@ -898,6 +906,7 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
     outcome.earlier_chunk_messages = result.earlier_chunk_messages
     outcome.unassembled_chunked_messages = result.unassembled_chunked_messages
     outcome.compacted_messages = result.compacted_messages
+    outcome.reader_rereads = result.reader_rereads
     if result.unassembled_chunked_messages:
         log.warning("%s: %d chunked message(s) miss a chunk or their first ones on the source; no reader delivers "
                     "them there, and they are not copied", job.topic, result.unassembled_chunked_messages)
@@ -960,8 +969,9 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         task.map_source, lambda: ledger_entries(src_admin, job.topic))
     try:
         if job.upper is not None:
+            gaps = EntryGaps(ledger_entries(src_admin, job.topic)) if job.message_ttl_s else None
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
-                                 rest_undeliverable=rest_undeliverable)
+                                 rest_undeliverable=rest_undeliverable, gaps=gaps)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
                 if passed_over is not None:
@@ -980,6 +990,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                     outcome.copied_bytes += size
                     continue
                 sender.send(message, info, schema_version_of(message))
+            if gaps is not None:
+                outcome.reader_rereads += gaps.rereads
             if passed_over is not None:
                 passed_over.finish(job.upper)
                 check_nothing_begun_before(src_admin, job.topic, passed_over)

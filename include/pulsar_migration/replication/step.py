@@ -20,7 +20,7 @@ from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position, ledger_sizes
-from pulsar_migration.replication import entry_filters, posmap, trim_risk
+from pulsar_migration.replication import entry_filters, posmap, source_ttl, trim_risk
 from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
     ENGINE_DONE,
@@ -121,6 +121,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
             entry_filters.check(spec, src_admin, sorted({job.base_topic for job in jobs}), report.details,
                                 dry_run=ctx.dry_run)
+            if spec.replication_mode == "copy":
+                ttls = source_ttl.applied_ttls(src_admin, sorted({job.base_topic for job in jobs}),
+                                               spec.admin_concurrency)
+                jobs = [replace(job, message_ttl_s=ttls.get(job.base_topic, 0)) for job in jobs]
+                report.details["message_ttl_topics"] = sum(1 for ttl in ttls.values() if ttl)
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
             started = time.monotonic()
@@ -572,7 +577,7 @@ def replicate_in_driver(ctx: StepContext, jobs: list[PartitionJob], use_engine: 
 _TOTALS = ("source_messages", "source_entries", "source_bytes", "copied_messages", "copied_entries", "copied_bytes",
            "skipped_messages", "deduplicated", "delayed_messages", "delivery_time_lookups", "target_messages",
            "target_entries", "mapped_entries", "shape_errors", "earlier_chunk_messages",
-           "unassembled_chunked_messages", "compacted_messages")
+           "unassembled_chunked_messages", "compacted_messages", "reader_rereads")
 
 
 def summarise(ctx: StepContext, outcomes: list[PartitionOutcome], elapsed_s: float) -> None:

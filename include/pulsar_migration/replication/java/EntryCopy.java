@@ -570,6 +570,9 @@ public final class EntryCopy {
     // range up to it is read through the compacted view (copyCompacted), where alone they still are.
     final long[] compactedBefore;
     long compactedMessages;  // messages copyCompacted read
+    long rereads;  // readings again after the reader was moved past stored entries (Gaps)
+    // The source partition's [ledger, entries] when its message TTL is set (Gaps), else null.
+    final long[][] ledgers;
     // The cutover's final delta: every entry goes under its source producer's name with its source sequence ids, so
     // the target's deduplication knows each client's last sequence id as the source did when the client comes back
     // there and sends again what the source stored but never acknowledged.
@@ -592,6 +595,15 @@ public final class EntryCopy {
         this.scanAfter = position(job.get("scan_after"));
         this.rowsFile = text(job, "rows_file");
         this.compactedBefore = position(job.get("compacted_before"));
+        JsonNode ledgerList = job.get("ledgers");
+        if (ledgerList == null || ledgerList.isNull()) {
+            this.ledgers = null;
+        } else {
+            this.ledgers = new long[ledgerList.size()][];
+            for (int i = 0; i < ledgerList.size(); i++) {
+                this.ledgers[i] = new long[] {ledgerList.get(i).get(0).asLong(), ledgerList.get(i).get(1).asLong()};
+            }
+        }
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         String token = System.getenv("PM_SOURCE_TOKEN");
@@ -666,6 +678,7 @@ public final class EntryCopy {
         result.put("fallback_at", fallbackAt);
         result.put("earlier_chunk_messages", earlierChunkMessages);
         result.put("compacted_messages", compactedMessages);
+        result.put("reader_rereads", rereads);
         result.put("unassembled_chunked_messages", chunks.lost.size());
         result.put("copy_ms", (done - started) / 1_000_000);
         result.put("read_wait_ms", readWaitNanos / 1_000_000);
@@ -685,17 +698,39 @@ public final class EntryCopy {
             return;
         }
         long[] from = copyCompacted(src, tgt);
-        EntryConsumer consumer = openReader(src, topic, from, "cluster " + sourceName, receiverQueue);
+        Gaps gaps = ledgers == null ? null : new Gaps(ledgers);
         try {
-            readEntries(consumer, from, upper, topic + " on the source", raw -> entry(raw, src, tgt));
+            while (true) {
+                long[][] taken = {from};
+                boolean[] reread = {false};
+                EntryConsumer consumer = openReader(src, topic, from, "cluster " + sourceName, receiverQueue);
+                try {
+                    readEntries(consumer, from, upper, topic + " on the source", raw -> {
+                        if (gaps != null && !gaps.follows(taken[0], raw.ledger(), raw.entry())) {
+                            reread[0] = true;  // moved past stored entries: a new reader from the last one taken
+                            return false;
+                        }
+                        taken[0] = new long[] {raw.ledger(), raw.entry()};
+                        return entry(raw, src, tgt);
+                    });
+                } finally {
+                    consumer.closeAsync();
+                    release(consumer);
+                }
+                if (!reread[0]) {
+                    break;
+                }
+                System.err.println("EntryCopy: " + topic + ": the reader was moved past stored entries after "
+                        + (taken[0] == null ? "the start" : taken[0][0] + ":" + taken[0][1])
+                        + " (a message TTL expiring its cursor?); reading again from there");
+                from = taken[0];
+            }
             drain();
         } finally {
-            consumer.closeAsync();
             List<CompletableFuture<Void>> closed = new ArrayList<>();
             for (Producer<byte[]> producer : producers.values()) {
                 closed.add(producer.closeAsync());
             }
-            release(consumer);
             chunks.release();
             if (keepIdentity) {  // the names are the clients': gone from the target before the cutover lets them in
                 waitClosed(closed);
@@ -826,6 +861,55 @@ public final class EntryCopy {
             if (raw != null && range.take(raw, handler)) {
                 return;
             }
+        }
+    }
+
+    /**
+     * Catches a reader moved past stored entries (reading.EntryGaps in the library, the same rule): a source with a
+     * message TTL expires every cursor, a reader's included, and the broker's expiry check marks it past each
+     * message older than the TTL; the reader goes on after them and the copy had a hole in its range, left out of
+     * both sides' hashes. An entry delivered past the one stored next is read again from the last one taken;
+     * where the broker skips the same entries again (a transaction marker, an aborted message) they are passed.
+     */
+    final class Gaps {
+        final long[][] ledgers;  // [ledger, entries] when the run started: the range ends inside them
+        long[] confirmedFrom;
+        long[] confirmedTo;
+
+        Gaps(long[][] ledgers) {
+            this.ledgers = ledgers;
+        }
+
+        /** The entry stored next after `last` (the first stored one for null); null past the ledgers known. */
+        long[] storedAfter(long[] last) {
+            for (long[] ledger : ledgers) {
+                if (ledger[1] <= 0 || last != null && ledger[0] < last[0]) {
+                    continue;
+                }
+                if (last == null || ledger[0] > last[0]) {
+                    return new long[] {ledger[0], 0};
+                }
+                if (last[1] + 1 < ledger[1]) {
+                    return new long[] {ledger[0], last[1] + 1};
+                }
+            }
+            return null;
+        }
+
+        /** Whether the entry at (ledger, entry) may be taken after `last`; false: read again from `last`. */
+        boolean follows(long[] last, long ledger, long entry) {
+            long[] expected = storedAfter(last);
+            if (expected == null || compare(ledger, entry, expected[0], expected[1]) <= 0) {
+                return true;
+            }
+            if (java.util.Arrays.equals(confirmedFrom, last) && confirmedTo != null
+                    && confirmedTo[0] == ledger && confirmedTo[1] == entry) {
+                return true;
+            }
+            confirmedFrom = last;
+            confirmedTo = new long[] {ledger, entry};
+            rereads++;
+            return false;
         }
     }
 
