@@ -1,0 +1,92 @@
+"""A source with a message TTL on real clusters: the broker's expiry check moves every cursor past messages older
+than the TTL, the copy's readers' included (PersistentTopic.checkMessageExpiry expires each subscription, readers'
+non-durable ones too). A copy then had a hole in the middle of its range with verdict ok: 30,000 of 40,000 messages
+on the target, a plain reader of the source getting all 40,000. The test moves the reader the way the expiry check
+does (the admin API's expiry of a subscription up to a position, the same PersistentMessageExpiryMonitor), in the
+middle of a capped copy, through the engine and the Python path: the copy reads again from where it was and the
+target holds every message. Judged by the step's verification and by plain readers of both sides."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pulsar
+import pytest
+from localdev.pulsar_local import LocalCluster
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.replication_helpers import client, drain, source_tenant
+from tests.integration.replication_helpers import replicate as step
+from tests.integration.replication_helpers import replicate_report as report
+from tests.integration.tenant_builders import write_spec
+
+READER_PREFIX = "pm-copy-reader-"
+
+
+def expire_reader_up_to(admin: PulsarAdmin, topic: str, message_id: pulsar.MessageId, timeout_s: float = 60) -> str:
+    """Waits for the copy's reader on `topic` and expires its cursor up to `message_id`; returns its name."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        subscriptions = admin.get(f"{admin.topic_path(topic)}/stats")["subscriptions"]
+        readers = [name for name in subscriptions if name.startswith(READER_PREFIX)]
+        if readers:
+            admin.post(f"{admin.topic_path(topic)}/subscription/{readers[0]}/expireMessages",
+                       {"ledgerId": message_id.ledger_id(), "entryId": message_id.entry_id(), "batchIndex": -1})
+            return readers[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no reader of {topic} appeared in {timeout_s}s")
+
+
+@pytest.mark.parametrize(("engine", "count", "rate"), [("java", 30_000, 3_000), ("python", 8_000, 800)])
+def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_whole(
+    engine: str, count: int, rate: int, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+) -> None:
+    tenant = source_tenant(admin_a, cluster_a, unique(f"it-ttl-{engine}"))
+    # A TTL far off: the guard is on, and nothing expires but what the test expires.
+    admin_a.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(admin_a.topic_path(topic))
+    try:
+        c = client(cluster_a)
+        try:
+            producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+            sent = [producer.send_async(f"m{i}".encode(), None) for i in range(count)]
+            producer.flush()
+            producer.close()
+            del sent
+            # The id of the message three quarters in: past what a reader has read and queued a second in.
+            reader = c.create_reader(topic, pulsar.MessageId.earliest)
+            for _ in range(count * 3 // 4):
+                far = reader.read_next(10_000).message_id()
+            reader.close()
+        finally:
+            c.close()
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                          options={"copy_engine": engine, "copy_max_msgs_per_s": rate})
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        codes: list[int] = []
+        copying = threading.Thread(target=lambda: codes.append(step(spec, run_dir)))
+        copying.start()
+        try:
+            expire_reader_up_to(admin_a, topic, far)
+        finally:
+            copying.join(300)
+        assert codes == [0]
+        result = report(run_dir)
+        assert result["verdict"] == "ok" and result["details"]["message_ttl_topics"] == 1
+        assert result["counts"]["reader_rereads"] >= 1, result["counts"]
+        assert result["counts"]["copied_messages"] == count
+        expected = [f"m{i}".encode() for i in range(count)]
+        assert [m["data"] for m in drain(cluster_b, topic)] == expected == [m["data"] for m in drain(cluster_a, topic)]
+    finally:
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
