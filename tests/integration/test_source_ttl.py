@@ -16,8 +16,10 @@ import pulsar
 import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.backfill.step import BACKFILL_STEP, add_window_args, run_backfill
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
+from pyarrow import dataset as pads
 from pyspark.sql import SparkSession
 
 from tests.conftest import unique
@@ -25,6 +27,7 @@ from tests.integration.replication_helpers import client, drain, source_tenant
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
+from tests.integration.test_backfill_window import iso
 
 READER_PREFIX = "pm-copy-reader-"
 
@@ -90,3 +93,50 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
         for admin in (admin_a, admin_b):
             if tenant in admin.get("/tenants"):
                 admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+
+
+def test_a_window_archived_from_a_source_with_a_message_ttl_is_whole_though_its_reader_was_moved(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The backfill DAG's archive sink reads windows of older messages, the ones a TTL expires."""
+    count = 8_000
+    tenant = source_tenant(admin_a, cluster_a, unique("it-ttl-archive"))
+    admin_a.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(admin_a.topic_path(topic))
+    try:
+        start = int(time.time() * 1000) - 1
+        c = client(cluster_a)
+        try:
+            producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+            for i in range(count):
+                producer.send_async(f"m{i}".encode(), None)
+            producer.flush()
+            producer.close()
+            reader = c.create_reader(topic, pulsar.MessageId.earliest)
+            for _ in range(count * 3 // 4):
+                far = reader.read_next(10_000).message_id()
+            reader.close()
+        finally:
+            c.close()
+        time.sleep(0.2)
+        end = int(time.time() * 1000)
+        archive = tmp_path / "archive"
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                          options={"backfill_sink": "parquet", "archive_path": str(archive),
+                                   "copy_max_msgs_per_s": 800})
+        codes: list[int] = []
+        args = ["--spec", str(spec), "--run-dir", str(tmp_path / "w"), "--start", iso(start), "--end", iso(end)]
+        archiving = threading.Thread(target=lambda: codes.append(
+            run_step(BACKFILL_STEP, run_backfill, args, add_args=add_window_args)))
+        archiving.start()
+        try:
+            expire_reader_up_to(admin_a, topic, far)
+        finally:
+            archiving.join(300)
+        assert codes == [0]
+        rows = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
+        assert sorted(r["payload"] for r in rows) == sorted(f"m{i}".encode() for i in range(count))
+    finally:
+        if tenant in admin_a.get("/tenants"):
+            admin_a.delete(f"/tenants/{tenant}", params={"force": "true"})

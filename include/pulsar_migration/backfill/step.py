@@ -31,7 +31,7 @@ from pulsar_migration.backfill import archive as arch
 from pulsar_migration.backfill.restore import restore_rows, target_topic
 from pulsar_migration.backfill.window import Window, WindowRange, entry_before, source_partitions, window_range
 from pulsar_migration.positions import Position
-from pulsar_migration.replication import entry_filters
+from pulsar_migration.replication import entry_filters, source_ttl
 from pulsar_migration.replication import step as replication
 from pulsar_migration.report import stable_hash
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
@@ -89,12 +89,15 @@ def run_backfill(ctx: StepContext) -> None:
         # Archived from the same readers as a copy (the cluster sink checks inside replication.run).
         admin = ctx.spec.source_cluster.admin()
         try:
-            entry_filters.check(ctx.spec, admin, sorted({r.topic.rsplit("-partition-", 1)[0] if r.partition >= 0
-                                                         else r.topic for r in ranges if not r.empty}),
-                                ctx.report.details, dry_run=ctx.dry_run)
+            topics = sorted({r.topic.rsplit("-partition-", 1)[0] if r.partition >= 0 else r.topic
+                             for r in ranges if not r.empty})
+            entry_filters.check(ctx.spec, admin, topics, ctx.report.details, dry_run=ctx.dry_run)
+            ttls = source_ttl.applied_ttls(admin, topics, ctx.spec.admin_concurrency)
         finally:
             admin.close()
-        _to_archive(ctx, window, ranges)
+        ttl_topics = frozenset(topic for topic, ttl in ttls.items() if ttl)
+        ctx.report.details["message_ttl_topics"] = len(ttl_topics)
+        _to_archive(ctx, window, ranges, ttl_topics)
     else:
         _to_cluster(ctx, ranges)
 
@@ -119,7 +122,8 @@ def _to_cluster(ctx: StepContext, ranges: list[WindowRange]) -> None:
         src_admin.close()
 
 
-def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> None:
+def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
+                ttl_topics: frozenset[str] = frozenset()) -> None:
     from pyspark import StorageLevel
 
     archive = ctx.spec.archive_path
@@ -129,7 +133,8 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> 
     spark = ctx.spark
     held_back = spark.sparkContext.accumulator(0.0)  # seconds the rate cap held the reads back, over the tasks
     started = time.monotonic()
-    frame = arch.window_frame(spark, ctx.spec, window, ranges, held_back).persist(StorageLevel.MEMORY_AND_DISK)
+    frame = arch.window_frame(spark, ctx.spec, window, ranges, held_back, ttl_topics).persist(
+        StorageLevel.MEMORY_AND_DISK)
     try:
         source = arch.partition_totals(frame)
         ctx.report.details["read_s"] = round(time.monotonic() - started, 3)

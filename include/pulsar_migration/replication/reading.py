@@ -43,11 +43,15 @@ class EntryGaps:
     the readings again."""
 
     ledgers: list[tuple[int, int]]
+    first: Position | None = None  # where a range read from its start begins (None: the first stored entry)
     rereads: int = 0
     confirmed: tuple[Position | None, Position] | None = None
 
     def stored_after(self, last: Position | None) -> Position | None:
-        """The entry stored next after `last` (the first stored one for None); None past the ledgers known."""
+        """The entry stored next after `last` (`first`, else the first stored one, for None); None past the
+        ledgers known."""
+        if last is None and self.first is not None:
+            return self.first
         for ledger, entries in self.ledgers:
             if entries <= 0 or (last is not None and ledger < last.ledger):
                 continue
