@@ -46,6 +46,25 @@ def expire_reader_up_to(admin: PulsarAdmin, topic: str, message_id: pulsar.Messa
     raise AssertionError(f"no reader of {topic} appeared in {timeout_s}s")
 
 
+def produce_and_mark(cluster: LocalCluster, topic: str, count: int) -> pulsar.MessageId:
+    """`count` unbatched messages m0, m1, ...; returns the id of the one three quarters in: past what a copy's
+    reader has read and queued a few seconds into a capped copy."""
+    c = client(cluster)
+    try:
+        producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+        for i in range(count):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        producer.close()
+        reader = c.create_reader(topic, pulsar.MessageId.earliest)
+        for _ in range(count * 3 // 4):
+            far = reader.read_next(10_000).message_id()
+        reader.close()
+        return far
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize(("engine", "count", "rate"), [("java", 30_000, 3_000), ("python", 8_000, 800)])
 def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_whole(
     engine: str, count: int, rate: int, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
@@ -57,20 +76,7 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(admin_a.topic_path(topic))
     try:
-        c = client(cluster_a)
-        try:
-            producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
-            sent = [producer.send_async(f"m{i}".encode(), None) for i in range(count)]
-            producer.flush()
-            producer.close()
-            del sent
-            # The id of the message three quarters in: past what a reader has read and queued a second in.
-            reader = c.create_reader(topic, pulsar.MessageId.earliest)
-            for _ in range(count * 3 // 4):
-                far = reader.read_next(10_000).message_id()
-            reader.close()
-        finally:
-            c.close()
+        far = produce_and_mark(cluster_a, topic, count)
         spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
                           options={"copy_engine": engine, "copy_max_msgs_per_s": rate})
         run_dir = tmp_path / "run"
@@ -106,19 +112,7 @@ def test_a_window_archived_from_a_source_with_a_message_ttl_is_whole_though_its_
     admin_a.put(admin_a.topic_path(topic))
     try:
         start = int(time.time() * 1000) - 1
-        c = client(cluster_a)
-        try:
-            producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
-            for i in range(count):
-                producer.send_async(f"m{i}".encode(), None)
-            producer.flush()
-            producer.close()
-            reader = c.create_reader(topic, pulsar.MessageId.earliest)
-            for _ in range(count * 3 // 4):
-                far = reader.read_next(10_000).message_id()
-            reader.close()
-        finally:
-            c.close()
+        far = produce_and_mark(cluster_a, topic, count)
         time.sleep(0.2)
         end = int(time.time() * 1000)
         archive = tmp_path / "archive"
