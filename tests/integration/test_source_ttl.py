@@ -65,16 +65,25 @@ def produce_and_mark(cluster: LocalCluster, topic: str, count: int) -> pulsar.Me
         c.close()
 
 
-@pytest.mark.parametrize(("engine", "count", "rate"), [("java", 30_000, 3_000), ("python", 8_000, 800)])
+@pytest.mark.parametrize(("engine", "count", "rate", "level"),
+                         [("java", 30_000, 3_000, "namespace"), ("python", 8_000, 800, "topic")])
 def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_whole(
-    engine: str, count: int, rate: int, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
-    admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+    engine: str, count: int, rate: int, level: str, cluster_a: LocalCluster, cluster_b: LocalCluster,
+    admin_a: PulsarAdmin, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
 ) -> None:
     tenant = source_tenant(admin_a, cluster_a, unique(f"it-ttl-{engine}"))
-    # A TTL far off: the guard is on, and nothing expires but what the test expires.
-    admin_a.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(admin_a.topic_path(topic))
+    # A TTL far off: the guard is on, and nothing expires but what the test expires. Set on the namespace, or on
+    # the topic (a topic policy: the step reads that topic's applied TTL on its own).
+    if level == "namespace":
+        admin_a.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
+    else:
+        admin_a.post(f"{admin_a.topic_path(topic)}/messageTTL", params={"messageTTL": 3600})
+        deadline = time.monotonic() + 30
+        while admin_a.get(f"{admin_a.topic_path(topic)}/messageTTL", params={"applied": "true"}) != 3600:
+            assert time.monotonic() < deadline, "the topic policy never applied"
+            time.sleep(0.2)
     try:
         far = produce_and_mark(cluster_a, topic, count)
         spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin
-from pulsar_migration.metadata.inventory import _may_hold_topic_policies
+from pulsar_migration.metadata.inventory import may_hold_topic_policies
 
 BASE = "/persistent/acme/ns"
 NO_EVENTS = {"numberOfEntries": 0, "compactedLedger": {"ledgerId": -1, "entries": -1}}
@@ -40,7 +40,7 @@ def test_topic_policies_are_read_only_where_change_events_has_events(
     every: list[str], stats: Any, expected: bool
 ) -> None:
     admin = FakeAdmin(stats)
-    assert _may_hold_topic_policies(admin, BASE, every) is expected
+    assert may_hold_topic_policies(admin, BASE, every) is expected
     if "__change_events" in every:
         assert admin.paths == [f"{BASE}/__change_events/internalStats"]
     else:

@@ -124,7 +124,7 @@ def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> Namespa
     policies = admin.get(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}")
     partitioned = [_short(t) for t in admin.get(f"{base}/partitioned")]
     every = [_short(t) for t in admin.get(base, params={"includeSystemTopic": "true"})]
-    has_topic_policies = _may_hold_topic_policies(admin, base, every)
+    has_topic_policies = may_hold_topic_policies(admin, base, every)
     layout = NamespaceLayout(ns, policies)
     for topic in partitioned:
         if not r.is_system_topic(topic) and spec.topics.selects(r.topic_key(ns, topic)):
@@ -142,7 +142,7 @@ def _read_namespace(admin: PulsarAdmin, spec: MigrationSpec, ns: str) -> Namespa
     return layout
 
 
-def _may_hold_topic_policies(admin: PulsarAdmin, namespace_base: str, every: list[str]) -> bool:
+def may_hold_topic_policies(admin: PulsarAdmin, namespace_base: str, every: list[str] | None = None) -> bool:
     """Whether any topic of the namespace may have topic-level policies (else their per-topic reads are skipped).
 
     Topic policies are events in the namespace's `__change_events` system topic. The broker creates that
@@ -150,11 +150,15 @@ def _may_hold_topic_policies(admin: PulsarAdmin, namespace_base: str, every: lis
     received an event says it all: no entry in its ledgers and no compacted ledger means no policies. One
     call per namespace instead of len(TOPIC_POLICY_PATHS) calls per topic. Anything unexpected (a
     partitioned `__change_events`, missing fields, an error) answers True: reading too much is only slower.
+    `every`: the namespace's topics, system ones included, when already listed (None: not listed; an absent
+    `__change_events` answers NotFound then).
     """
-    if r.CHANGE_EVENTS_TOPIC not in every:
+    if every is not None and r.CHANGE_EVENTS_TOPIC not in every:
         return any(t.startswith(f"{r.CHANGE_EVENTS_TOPIC}-partition-") for t in every)
     try:
         stats = admin.get(f"{namespace_base}/{r.CHANGE_EVENTS_TOPIC}/internalStats")
+    except NotFound:
+        return every is not None  # listed yet gone: read the policies; never there: none
     except AdminError as exc:
         log.warning("cannot read %s/%s internal stats on %s (%s); reading topic policies of every topic",
                     namespace_base, r.CHANGE_EVENTS_TOPIC, admin.name, exc)

@@ -1,0 +1,67 @@
+"""replication.source_ttl: which source topics have a message TTL, read per namespace where no topic policy can
+set one, per topic elsewhere; the real brokers' answers (namespace and topic-level TTLs) are in
+tests/integration/test_source_ttl.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulsar_migration.admin import AdminError, NotFound
+from pulsar_migration.replication.source_ttl import RUNTIME_CONFIGURATION, UNKNOWN, applied_ttls
+
+EVENTS = "/persistent/t/{}/__change_events/internalStats"
+
+
+class TtlAdmin:
+    name = "cluster-a"
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.calls: list[str] = []
+
+    def topic_path(self, topic: str) -> str:
+        return "/persistent/" + topic.split("://", 1)[1]
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        self.calls.append(path)
+        if path not in self.answers:
+            raise NotFound(path)
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_namespaces_without_topic_policies_answer_for_their_topics() -> None:
+    admin = TtlAdmin({
+        RUNTIME_CONFIGURATION: {"ttlDurationDefaultInSeconds": "600"},
+        "/namespaces/t/kept": {"message_ttl_in_seconds": 3600},
+        "/namespaces/t/plain": {},  # no namespace policy: the broker's default
+        "/namespaces/t/off": {"message_ttl_in_seconds": 0},
+        EVENTS.format("off"): {"numberOfEntries": 0, "compactedLedger": {"entries": -1}},  # never an event
+    })
+    topics = ["persistent://t/kept/a", "persistent://t/kept/b", "persistent://t/plain/c", "persistent://t/off/d"]
+    assert applied_ttls(admin, topics, 4) == {  # type: ignore[arg-type]
+        "persistent://t/kept/a": 3600, "persistent://t/kept/b": 3600, "persistent://t/plain/c": 600,
+        "persistent://t/off/d": 0}
+    assert not any(call.endswith("/messageTTL") for call in admin.calls)
+
+
+def test_topics_of_a_namespace_with_topic_policies_are_read_one_by_one() -> None:
+    admin = TtlAdmin({
+        RUNTIME_CONFIGURATION: {"ttlDurationDefaultInSeconds": "0"},
+        "/namespaces/t/ns": {},
+        EVENTS.format("ns"): {"numberOfEntries": 3},
+        "/persistent/t/ns/own/messageTTL": 60,
+        "/persistent/t/ns/none/messageTTL": 0,
+        "/persistent/t/ns/broken/messageTTL": AdminError("HTTP 500", 500),
+    })
+    topics = ["persistent://t/ns/own", "persistent://t/ns/none", "persistent://t/ns/broken"]
+    assert applied_ttls(admin, topics, 2) == {  # type: ignore[arg-type]
+        "persistent://t/ns/own": 60, "persistent://t/ns/none": 0, "persistent://t/ns/broken": UNKNOWN}
+
+
+def test_an_unreadable_broker_configuration_reads_every_topic() -> None:
+    admin = TtlAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), "/namespaces/t/ns": {},
+                      "/persistent/t/ns/a/messageTTL": 0})
+    assert applied_ttls(admin, ["persistent://t/ns/a"], 2) == {"persistent://t/ns/a": 0}  # type: ignore[arg-type]
