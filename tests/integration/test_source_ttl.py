@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -65,6 +66,20 @@ def produce_and_mark(cluster: LocalCluster, topic: str, count: int) -> pulsar.Me
         c.close()
 
 
+def run_while_expiring(run: Callable[[], int], admin: PulsarAdmin, topic: str, far: pulsar.MessageId) -> int:
+    """Runs a step in a thread and, once its reader of `topic` is there, expires that reader up to `far`; returns
+    the step's exit code."""
+    codes: list[int] = []
+    running = threading.Thread(target=lambda: codes.append(run()))
+    running.start()
+    try:
+        expire_reader_up_to(admin, topic, far)
+    finally:
+        running.join(300)
+    assert len(codes) == 1, "the step did not end"
+    return codes[0]
+
+
 @pytest.mark.parametrize(("engine", "count", "rate", "level"),
                          [("java", 30_000, 3_000, "namespace"), ("python", 8_000, 800, "topic")])
 def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_whole(
@@ -90,14 +105,7 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
                           options={"copy_engine": engine, "copy_max_msgs_per_s": rate})
         run_dir = tmp_path / "run"
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-        codes: list[int] = []
-        copying = threading.Thread(target=lambda: codes.append(step(spec, run_dir)))
-        copying.start()
-        try:
-            expire_reader_up_to(admin_a, topic, far)
-        finally:
-            copying.join(300)
-        assert codes == [0]
+        assert run_while_expiring(lambda: step(spec, run_dir), admin_a, topic, far) == 0
         result = report(run_dir)
         assert result["verdict"] == "ok" and result["details"]["message_ttl_topics"] == 1
         assert result["counts"]["reader_rereads"] >= 1, result["counts"]
@@ -128,16 +136,9 @@ def test_a_window_archived_from_a_source_with_a_message_ttl_is_whole_though_its_
         spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
                           options={"backfill_sink": "parquet", "archive_path": str(archive),
                                    "copy_max_msgs_per_s": 800})
-        codes: list[int] = []
         args = ["--spec", str(spec), "--run-dir", str(tmp_path / "w"), "--start", iso(start), "--end", iso(end)]
-        archiving = threading.Thread(target=lambda: codes.append(
-            run_step(BACKFILL_STEP, run_backfill, args, add_args=add_window_args)))
-        archiving.start()
-        try:
-            expire_reader_up_to(admin_a, topic, far)
-        finally:
-            archiving.join(300)
-        assert codes == [0]
+        assert run_while_expiring(lambda: run_step(BACKFILL_STEP, run_backfill, args, add_args=add_window_args),
+                                  admin_a, topic, far) == 0
         rows = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
         assert sorted(r["payload"] for r in rows) == sorted(f"m{i}".encode() for i in range(count))
     finally:

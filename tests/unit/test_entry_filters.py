@@ -11,23 +11,15 @@ from pulsar_migration.replication.entry_filters import check, configured_names, 
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput
 
+from tests.unit.answering_admin import AnsweringAdmin
+
 RUNTIME = "/brokers/configuration/runtime"
 
 
-class ConfigAdmin:
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    def topic_path(self, topic: str) -> str:
-        return "/persistent/" + topic.split("://", 1)[1]
-
-    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        self.calls.append(path)
-        if path not in self.answers:
-            raise AdminError(f"HTTP 403 on GET {path}: superuser required", 403, path)
-        assert path == RUNTIME or params == {"applied": "true"}, (path, params)
-        return self.answers[path]
+def config_admin(answers: dict[str, Any]) -> AnsweringAdmin:
+    """Answers as the broker does; the runtime configuration is refused unless given (no superuser role)."""
+    return AnsweringAdmin({RUNTIME: AdminError(f"HTTP 403 on GET {RUNTIME}: superuser required", 403, RUNTIME),
+                           **answers})
 
 
 def spec(**options: Any) -> MigrationSpec:
@@ -44,18 +36,18 @@ def test_the_brokers_filter_names_are_read_as_it_renders_them(rendered: Any, nam
 
 
 def test_no_filters_and_no_overriding_cost_one_call_for_the_whole_run() -> None:
-    admin = ConfigAdmin({RUNTIME: {"entryFilterNames": "[]", "allowOverrideEntryFilters": "false"}})
+    admin = config_admin({RUNTIME: {"entryFilterNames": "[]", "allowOverrideEntryFilters": "false"}})
     assert filtered_topics(admin, ["persistent://t/ns/a", "persistent://t/ns/b"], 4) == {}  # type: ignore[arg-type]
     assert admin.calls == [RUNTIME]
 
 
 def test_broker_filters_without_overriding_apply_to_every_topic() -> None:
-    admin = ConfigAdmin({RUNTIME: {"entryFilterNames": "[f1, f2]", "allowOverrideEntryFilters": "false"}})
+    admin = config_admin({RUNTIME: {"entryFilterNames": "[f1, f2]", "allowOverrideEntryFilters": "false"}})
     assert filtered_topics(admin, ["persistent://t/ns/a"], 4) == {"persistent://t/ns/a": "f1,f2"}  # type: ignore[arg-type]
 
 
 def test_with_overriding_each_topics_applied_filters_decide() -> None:
-    admin = ConfigAdmin({
+    admin = config_admin({
         RUNTIME: {"entryFilterNames": "[]", "allowOverrideEntryFilters": "true"},
         "/persistent/t/ns/plain/entryFilters": {"entryFilterNames": ""},
         "/persistent/t/ns/routed/entryFilters": {"entryFilterNames": "route"},
@@ -63,6 +55,7 @@ def test_with_overriding_each_topics_applied_filters_decide() -> None:
     })
     topics = ["persistent://t/ns/plain", "persistent://t/ns/routed", "persistent://t/ns/unset"]
     assert filtered_topics(admin, topics, 2) == {"persistent://t/ns/routed": "route"}  # type: ignore[arg-type]
+    assert all(admin.params[f"/persistent/{t.split('://')[1]}/entryFilters"] == {"applied": "true"} for t in topics)
 
 
 FILTERED = {RUNTIME: {"entryFilterNames": "[route]", "allowOverrideEntryFilters": "false"}}
@@ -71,18 +64,18 @@ FILTERED = {RUNTIME: {"entryFilterNames": "[route]", "allowOverrideEntryFilters"
 def test_filtered_topics_stop_the_run_in_one_line_unless_trusted_or_dry() -> None:
     details: dict[str, Any] = {}
     with pytest.raises(BadInput) as failure:
-        check(spec(), ConfigAdmin(FILTERED), ["persistent://t/ns/a"], details)  # type: ignore[arg-type]
+        check(spec(), config_admin(FILTERED), ["persistent://t/ns/a"], details)  # type: ignore[arg-type]
     line = str(failure.value)
     assert "\n" not in line and "t/ns/a (route)" in line and "pm-copy-reader-*" in line
     assert "trust_source_entry_filters" in line
     for options, dry in (({"trust_source_entry_filters": True}, False), ({}, True)):
         details = {}
-        check(spec(**options), ConfigAdmin(FILTERED), ["persistent://t/ns/a"], details,  # type: ignore[arg-type]
+        check(spec(**options), config_admin(FILTERED), ["persistent://t/ns/a"], details,  # type: ignore[arg-type]
               dry_run=dry)
         assert details["entry_filters"]["topics"] == 1 and details["entry_filters"]["warning"] == line
 
 
 def test_an_unreadable_configuration_leaves_the_check_out_with_a_warning() -> None:
     details: dict[str, Any] = {}
-    check(spec(), ConfigAdmin({}), ["persistent://t/ns/a"], details)  # type: ignore[arg-type]
+    check(spec(), config_admin({}), ["persistent://t/ns/a"], details)  # type: ignore[arg-type]
     assert details["entry_filters"]["checked"] is False and "HTTP 403" in details["entry_filters"]["warning"]

@@ -4,36 +4,17 @@ tests/integration/test_source_ttl.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pulsar_migration.admin import AdminError, NotFound
+from pulsar_migration.admin import AdminError
 from pulsar_migration.replication.source_ttl import RUNTIME_CONFIGURATION, UNKNOWN, applied_ttls
+
+from tests.unit.answering_admin import AnsweringAdmin
 
 EVENTS = "/persistent/t/{}/__change_events/internalStats"
 
 
-class TtlAdmin:
-    name = "cluster-a"
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    def topic_path(self, topic: str) -> str:
-        return "/persistent/" + topic.split("://", 1)[1]
-
-    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        self.calls.append(path)
-        if path not in self.answers:
-            raise NotFound(path)
-        answer = self.answers[path]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
 
 def test_namespaces_without_topic_policies_answer_for_their_topics() -> None:
-    admin = TtlAdmin({
+    admin = AnsweringAdmin({
         RUNTIME_CONFIGURATION: {"ttlDurationDefaultInSeconds": "600"},
         "/namespaces/t/kept": {"message_ttl_in_seconds": 3600},
         "/namespaces/t/plain": {},  # no namespace policy: the broker's default
@@ -48,7 +29,7 @@ def test_namespaces_without_topic_policies_answer_for_their_topics() -> None:
 
 
 def test_topics_of_a_namespace_with_topic_policies_are_read_one_by_one() -> None:
-    admin = TtlAdmin({
+    admin = AnsweringAdmin({
         RUNTIME_CONFIGURATION: {"ttlDurationDefaultInSeconds": "0"},
         "/namespaces/t/ns": {},
         EVENTS.format("ns"): {"numberOfEntries": 3},
@@ -62,6 +43,6 @@ def test_topics_of_a_namespace_with_topic_policies_are_read_one_by_one() -> None
 
 
 def test_an_unreadable_broker_configuration_reads_every_topic() -> None:
-    admin = TtlAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), "/namespaces/t/ns": {},
+    admin = AnsweringAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), "/namespaces/t/ns": {},
                       "/persistent/t/ns/a/messageTTL": 0})
     assert applied_ttls(admin, ["persistent://t/ns/a"], 2) == {"persistent://t/ns/a": 0}  # type: ignore[arg-type]

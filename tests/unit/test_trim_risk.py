@@ -5,31 +5,15 @@ tests/integration/test_trim_risk.py."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
-from pulsar_migration.admin import NotFound
 from pulsar_migration.replication.trim_risk import keeps_nothing, trim_risk, trimmed, unprotected_topics
+
+from tests.unit.answering_admin import AnsweringAdmin
 
 KEEPS = {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
 NOTHING = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
 
-
-class PolicyAdmin:
-    name = "cluster-b"
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    def topic_path(self, topic: str) -> str:
-        return "/persistent/" + topic.split("://", 1)[1]
-
-    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        self.calls.append(path)
-        if path not in self.answers:
-            raise NotFound(path)
-        return self.answers[path]
 
 
 def test_a_policy_keeps_messages_only_with_both_limits_above_zero() -> None:
@@ -40,7 +24,7 @@ def test_a_policy_keeps_messages_only_with_both_limits_above_zero() -> None:
 
 def test_only_topics_held_by_nothing_are_named_and_a_keeping_namespace_costs_one_call(
         caplog: pytest.LogCaptureFixture) -> None:
-    admin = PolicyAdmin({
+    admin = AnsweringAdmin({
         "/namespaces/t/kept/retention": KEEPS,
         "/namespaces/t/bare/retention": None,  # no namespace policy: the topics' applied ones decide
         "/persistent/t/bare/subscribed/subscriptions": ["s1"],
@@ -64,7 +48,7 @@ def test_only_topics_held_by_nothing_are_named_and_a_keeping_namespace_costs_one
 
 
 def test_a_partition_without_the_lowest_ledger_its_map_holds_was_trimmed() -> None:
-    admin = PolicyAdmin({
+    admin = AnsweringAdmin({
         "/persistent/t/bare/a-partition-0/internalStats": {"ledgers": [{"ledgerId": 9}, {"ledgerId": 12}]},
         "/persistent/t/bare/a-partition-1/internalStats": {"ledgers": [{"ledgerId": 7}, {"ledgerId": 12}]},
         "/persistent/t/bare/b/internalStats": {"ledgers": []},
