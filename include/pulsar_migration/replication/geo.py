@@ -30,6 +30,7 @@ from typing import Any
 
 from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError
+from pulsar_migration.replication import source_ttl
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
 from pulsar_migration.replication.partition import (
     PartitionJob,
@@ -442,15 +443,37 @@ def chunked_hint(entries: list[_Entry]) -> str:
             "with replication.mode copy")
 
 
+def not_arrived(source: list[_Entry], target: list[_Entry]) -> list[_Entry]:
+    """The source entries no target entry names as its origin (a batch replicated whole names none)."""
+    arrived = {t.source_property for t in target if t.source_property}
+    return [s for s in source if str(s.position) not in arrived]
+
+
+def expired_hint(admin: PulsarAdmin, topic: str, source: list[_Entry], target: list[_Entry], now_ms: int) -> str:
+    """Why a target that lacks entries may lack them, when the source topic has a message TTL and the entries that
+    did not arrive are older than it: the broker's expiry check moves the replicator's cursor past them as it
+    moves every subscription's (4.0.8 PersistentTopic.checkMessageExpiry), while readers of the source get them."""
+    ttl = source_ttl.applied_ttls(admin, [topic.rsplit("-partition-", 1)[0]], 1).get(
+        topic.rsplit("-partition-", 1)[0], 0)
+    if ttl <= 0:
+        return ""
+    old = [s for s in not_arrived(source, target) if now_ms - s.publish_time > ttl * 1000]
+    if not old:
+        return ""
+    return (f"; {len(old)} source entr{'y' if len(old) == 1 else 'ies'} older than the topic's message TTL ({ttl}s) "
+            f"did not arrive, the first at {old[0].position}: the broker's expiry check moves the replicator past "
+            "them as it moves every subscription, while readers of the source get them; copy such topics with "
+            "replication.mode copy (its readers read them again)")
+
+
 def local_only_hint(spec: MigrationSpec, admin: PulsarAdmin, topic: str, source: list[_Entry],
                     target: list[_Entry]) -> str:
     """Why a target that lacks entries may lack them, when source entries a reader delivers are marked by their
     producer for other clusters only (`replicationClusters`, or `disableReplication`: `X-Pulsar-replicated-to`
     `__local__`): Pulsar's replicator skips them. The source entries no target entry names as its origin are
     looked up, at most LOCAL_ONLY_LOOKUPS (a batch replicated whole names none: a lookup, and no such entry)."""
-    arrived = {t.source_property for t in target if t.source_property}
     held: list[tuple[Position, str]] = []
-    for entry in [s for s in source if str(s.position) not in arrived][:LOCAL_ONLY_LOOKUPS]:
+    for entry in not_arrived(source, target)[:LOCAL_ONLY_LOOKUPS]:
         to = admin.entry_headers(topic, entry.position.ledger, entry.position.entry).get("X-Pulsar-replicated-to")
         if to is not None and spec.target not in {c.strip() for c in to.split(",")}:
             held.append((entry.position, to))
@@ -589,8 +612,9 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     started = time.monotonic()
     rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
     if len(target.entries) < wanted:
-        hint = chunked_hint(source.entries) or local_only_hint(spec, src_admin, job.topic, source.entries,
-                                                               target.entries)
+        hint = (chunked_hint(source.entries)
+                or local_only_hint(spec, src_admin, job.topic, source.entries, target.entries)
+                or expired_hint(src_admin, job.topic, source.entries, target.entries, int(time.time() * 1000)))
         guess = "" if hint else " (entries dropped on the target?)"
         short = f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
             f"although the source's replicator cursor is past {job.upper}{guess}"

@@ -1,0 +1,43 @@
+"""The causes geo mode's verification names when the target lacks entries (replication.geo): entries older than a
+source message TTL (the replicator is expired like any subscription). Judged from a fake admin's answers and
+entries as readers deliver them; the replicator skipping local-only messages is shown on real clusters in
+tests/integration/test_replicate_geo.py."""
+
+from __future__ import annotations
+
+from pulsar_migration.positions import MessageIdInfo
+from pulsar_migration.replication.geo import _Entry, expired_hint, not_arrived
+from pulsar_migration.replication.source_ttl import RUNTIME_CONFIGURATION
+
+from tests.unit.answering_admin import AnsweringAdmin
+
+NOW = 1_800_000_000_000
+TOPIC = "persistent://t/ns/orders-partition-0"
+
+
+def entries(published_s_ago: list[int], ledger: int = 5) -> list[_Entry]:
+    return [_Entry(MessageIdInfo(ledger, i), 1, NOW - ago * 1000) for i, ago in enumerate(published_s_ago)]
+
+
+def replicated(source: list[_Entry], keep: list[int]) -> list[_Entry]:
+    return [_Entry(MessageIdInfo(9, n), 1, NOW, source_property=str(source[i].position)) for n, i in enumerate(keep)]
+
+
+def admin(ttl: int | None) -> AnsweringAdmin:
+    return AnsweringAdmin({RUNTIME_CONFIGURATION: {"ttlDurationDefaultInSeconds": "0"},
+                           "/namespaces/t/ns": {} if ttl is None else {"message_ttl_in_seconds": ttl}})
+
+
+def test_entries_older_than_the_ttl_that_did_not_arrive_are_named() -> None:
+    source = entries([7200, 7100, 30, 20])
+    target = replicated(source, [2, 3])
+    assert [e.position for e in not_arrived(source, target)] == [source[0].position, source[1].position]
+    hint = expired_hint(admin(3600), TOPIC, source, target, NOW)  # type: ignore[arg-type]
+    assert "2 source entries older than the topic's message TTL (3600s)" in hint and "5:0" in hint
+    assert "replication.mode copy" in hint
+
+
+def test_no_ttl_or_only_young_entries_missing_name_nothing() -> None:
+    source = entries([7200, 30, 20])
+    assert expired_hint(admin(None), TOPIC, source, replicated(source, [1, 2]), NOW) == ""  # type: ignore[arg-type]
+    assert expired_hint(admin(3600), TOPIC, source, replicated(source, [0, 1]), NOW) == ""  # type: ignore[arg-type]
