@@ -113,6 +113,16 @@ def seg(name: str) -> str:
     return quote(name, safe="")
 
 
+def base_topic(topic: str, partition: int) -> str:
+    """`persistent://t/ns/name-partition-N` -> `persistent://t/ns/name` for a partition (`partition` >= 0); a
+    non-partitioned topic (-1) is its own base, whatever its name."""
+    return topic.rsplit("-partition-", 1)[0] if partition >= 0 else topic
+
+
+# Every setting of the broker answering (its superuser role needed), values as strings.
+RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
+
+
 class PulsarAdmin:
     """Minimal, explicit Pulsar admin client over `requests`."""
 

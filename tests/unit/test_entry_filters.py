@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pulsar_migration.admin import RUNTIME_CONFIGURATION as RUNTIME
 from pulsar_migration.admin import AdminError
 from pulsar_migration.replication.entry_filters import check, configured_names, filtered_topics
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput
 
 from tests.unit.answering_admin import AnsweringAdmin
-
-RUNTIME = "/brokers/configuration/runtime"
 
 
 def config_admin(answers: dict[str, Any]) -> AnsweringAdmin:

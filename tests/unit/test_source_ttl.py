@@ -4,8 +4,8 @@ tests/integration/test_source_ttl.py."""
 
 from __future__ import annotations
 
-from pulsar_migration.admin import AdminError
-from pulsar_migration.replication.source_ttl import RUNTIME_CONFIGURATION, UNKNOWN, applied_ttls
+from pulsar_migration.admin import RUNTIME_CONFIGURATION, AdminError
+from pulsar_migration.replication.source_ttl import UNKNOWN, applied_ttls
 
 from tests.unit.answering_admin import AnsweringAdmin
 

@@ -81,9 +81,8 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                 if wr.empty:
                     continue
                 namespace, topic = wr.local.split("/", 1)
-                base = wr.topic.rsplit("-partition-", 1)[0] if wr.partition >= 0 else wr.topic
                 gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first) \
-                    if admin is not None and base in ttl_topics else None
+                    if admin is not None and wr.base_topic in ttl_topics else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):
                     published = int(message.publish_timestamp())

@@ -31,7 +31,6 @@ from pulsar_migration.backfill import archive as arch
 from pulsar_migration.backfill.restore import restore_rows, target_topic
 from pulsar_migration.backfill.window import Window, WindowRange, entry_before, source_partitions, window_range
 from pulsar_migration.positions import Position
-from pulsar_migration.replication import entry_filters, source_ttl
 from pulsar_migration.replication import step as replication
 from pulsar_migration.report import stable_hash
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
@@ -89,15 +88,12 @@ def run_backfill(ctx: StepContext) -> None:
         # Archived from the same readers as a copy (the cluster sink checks inside replication.run).
         admin = ctx.spec.source_cluster.admin()
         try:
-            topics = sorted({r.topic.rsplit("-partition-", 1)[0] if r.partition >= 0 else r.topic
-                             for r in ranges if not r.empty})
-            entry_filters.check(ctx.spec, admin, topics, ctx.report.details, dry_run=ctx.dry_run)
-            ttls = source_ttl.applied_ttls(admin, topics, ctx.spec.admin_concurrency)
+            ttls = replication.check_source_readers(ctx.spec, admin, sorted({r.base_topic for r in ranges
+                                                                             if not r.empty}),
+                                                    ctx.report.details, dry_run=ctx.dry_run)
         finally:
             admin.close()
-        ttl_topics = frozenset(topic for topic, ttl in ttls.items() if ttl)
-        ctx.report.details["message_ttl_topics"] = len(ttl_topics)
-        _to_archive(ctx, window, ranges, ttl_topics)
+        _to_archive(ctx, window, ranges, frozenset(topic for topic, ttl in ttls.items() if ttl))
     else:
         _to_cluster(ctx, ranges)
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pulsar_migration.admin import NotFound, PulsarAdmin
+from pulsar_migration.admin import NotFound, PulsarAdmin, base_topic
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.spec import MigrationSpec
@@ -73,6 +73,10 @@ class WindowRange:
     @property
     def empty(self) -> bool:
         return self.first is None or self.upper is None or self.upper < self.first
+
+    @property
+    def base_topic(self) -> str:
+        return base_topic(self.topic, self.partition)
 
 
 def first_at_or_after(admin: PulsarAdmin, topic: str, timestamp_ms: int) -> Position:

@@ -21,13 +21,12 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import RUNTIME_CONFIGURATION, PulsarAdmin
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput
 
 log = logging.getLogger(__name__)
 
-RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
 LISTED = 5  # topics named in the line
 # Every reader of the step is an exclusive non-durable subscription with a name of this form: the Python client's
 # (reading.READER_ROLE_PREFIX) and the engine's (EntryCopy.openReader).

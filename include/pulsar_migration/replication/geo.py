@@ -449,12 +449,11 @@ def not_arrived(source: list[_Entry], target: list[_Entry]) -> list[_Entry]:
     return [s for s in source if str(s.position) not in arrived]
 
 
-def expired_hint(admin: PulsarAdmin, topic: str, source: list[_Entry], target: list[_Entry], now_ms: int) -> str:
+def expired_hint(admin: PulsarAdmin, base_topic: str, source: list[_Entry], target: list[_Entry], now_ms: int) -> str:
     """Why a target that lacks entries may lack them, when the source topic has a message TTL and the entries that
     did not arrive are older than it: the broker's expiry check moves the replicator's cursor past them as it
     moves every subscription's (4.0.8 PersistentTopic.checkMessageExpiry), while readers of the source get them."""
-    ttl = source_ttl.applied_ttls(admin, [topic.rsplit("-partition-", 1)[0]], 1).get(
-        topic.rsplit("-partition-", 1)[0], 0)
+    ttl = source_ttl.applied_ttls(admin, [base_topic], 1).get(base_topic, 0)
     if ttl <= 0:
         return ""
     old = [s for s in not_arrived(source, target) if now_ms - s.publish_time > ttl * 1000]
@@ -614,7 +613,7 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     if len(target.entries) < wanted:
         hint = (chunked_hint(source.entries)
                 or local_only_hint(spec, src_admin, job.topic, source.entries, target.entries)
-                or expired_hint(src_admin, job.topic, source.entries, target.entries, int(time.time() * 1000)))
+                or expired_hint(src_admin, job.base_topic, source.entries, target.entries, int(time.time() * 1000)))
         guess = "" if hint else " (entries dropped on the target?)"
         short = f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
             f"although the source's replicator cursor is past {job.upper}{guess}"

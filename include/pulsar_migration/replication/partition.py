@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import NotFound, PulsarAdmin
+from pulsar_migration.admin import NotFound, PulsarAdmin, base_topic
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import (
@@ -93,7 +93,7 @@ class PartitionJob:
 
     @property
     def base_topic(self) -> str:
-        return self.topic.rsplit("-partition-", 1)[0] if self.partition >= 0 else self.topic
+        return base_topic(self.topic, self.partition)
 
 
 @dataclass

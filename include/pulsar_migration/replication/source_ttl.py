@@ -8,13 +8,12 @@ import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import RUNTIME_CONFIGURATION, PulsarAdmin
 from pulsar_migration.metadata.inventory import may_hold_topic_policies
 
 log = logging.getLogger(__name__)
 
 UNKNOWN = -1  # the TTL could not be read: the partition is read as if one were set
-RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
 
 
 def applied_ttls(admin: PulsarAdmin, topics: list[str], concurrency: int) -> dict[str, int]:

@@ -119,13 +119,9 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if not jobs:
             return
         if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
-            entry_filters.check(spec, src_admin, sorted({job.base_topic for job in jobs}), report.details,
-                                dry_run=ctx.dry_run)
-            if spec.replication_mode == "copy":
-                ttls = source_ttl.applied_ttls(src_admin, sorted({job.base_topic for job in jobs}),
-                                               spec.admin_concurrency)
-                jobs = [replace(job, message_ttl_s=ttls.get(job.base_topic, 0)) for job in jobs]
-                report.details["message_ttl_topics"] = sum(1 for ttl in ttls.values() if ttl)
+            ttls = check_source_readers(spec, src_admin, sorted({job.base_topic for job in jobs}), report.details,
+                                        dry_run=ctx.dry_run, ttls=spec.replication_mode == "copy")
+            jobs = [replace(job, message_ttl_s=ttls.get(job.base_topic, 0)) for job in jobs]
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
             started = time.monotonic()
@@ -220,6 +216,19 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         items = [item for group in pool.map(partitions, refs) for item in group]
         return sorted((j for j in pool.map(job, items) if j is not None), key=lambda j: (j.local, j.partition))
+
+
+def check_source_readers(spec: MigrationSpec, admin: PulsarAdmin, topics: list[str], details: dict[str, Any], *,
+                         dry_run: bool, ttls: bool = True) -> dict[str, int]:
+    """What the source's brokers do to the step's readers, checked once per run (copy and geo runs, both backfill
+    sinks): entry filters (entry_filters.check: refused unless trusted) and, when `ttls` (the copy's readers; geo's
+    replicator is Pulsar's), each topic's message TTL, returned: those partitions are read with EntryGaps."""
+    entry_filters.check(spec, admin, topics, details, dry_run=dry_run)
+    if not ttls:
+        return {}
+    found = source_ttl.applied_ttls(admin, topics, spec.admin_concurrency)
+    details["message_ttl_topics"] = sum(1 for ttl in found.values() if ttl)
+    return found
 
 
 def check_trim(details: dict[str, Any], admin: PulsarAdmin, jobs: list[PartitionJob], ends: dict[str, posmap.MapEnd],
