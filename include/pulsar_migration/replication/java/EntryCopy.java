@@ -47,6 +47,7 @@ import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionMode;
@@ -819,7 +820,9 @@ public final class EntryCopy {
             try {
                 return (MessageIdImpl) consumer.getLastMessageIdAsync().get(30, TimeUnit.SECONDS);
             } catch (java.util.concurrent.ExecutionException e) {
-                if (System.currentTimeMillis() > deadline) {
+                // A deleted topic does not come back by asking again: fail now rather than after the deadline.
+                if (e.getCause() instanceof PulsarClientException.TopicDoesNotExistException
+                        || System.currentTimeMillis() > deadline) {
                     throw e;
                 }
                 Thread.sleep(200);
