@@ -63,7 +63,7 @@ def test_replication_scale_harness_runs_its_three_copies(cluster_a: LocalCluster
     from benchmarks import replication_scale as scale
 
     assert (cluster_a.admin_url, cluster_b.admin_url) == (scale.SOURCE.admin_url, scale.TARGET.admin_url)
-    assert scale.main(["--topics", "12", "--messages", "3", "--geo-timeout", "120", "--out-dir", str(tmp_path)]) == 0
+    assert scale.main(["--topics", "6", "--messages", "3", "--geo-timeout", "120", "--out-dir", str(tmp_path)]) == 0
     [out] = tmp_path.glob("replication_scale-*.json")
     result = json.loads(out.read_text())
     run = result["run"]
@@ -74,6 +74,6 @@ def test_replication_scale_harness_runs_its_three_copies(cluster_a: LocalCluster
     assert run["copy_delta"]["copied_messages"] == run["delta_partitions"] > 0
     assert all(run[k]["wall_s"] > 0 for k in ("copy_first", "copy_noop", "copy_delta"))
     assert run["geo_s"] > 0 and run["geo_entries"] == 3 * run["partitions"]
-    assert f"| 12 ({run['partitions']}) |" in capsys.readouterr().out
+    assert f"| 6 ({run['partitions']}) |" in capsys.readouterr().out
     assert result["tenants"]
     assert not set(result["tenants"]) & (set(admin_a.get("/tenants")) | set(admin_b.get("/tenants")))
