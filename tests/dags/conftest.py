@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from localdev.airflow_local import airflow_env, run_airflow_cli
+from localdev.airflow_local import airflow_env, migrated_db
 from localdev.paths import PROJECT_ROOT
 from localdev.pulsar_local import LocalCluster
 
@@ -51,8 +51,9 @@ class AirflowTestDb:
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Iterator[AirflowTestDb]:
-    """`airflow db migrate` on the test home, then airflow_settings.yaml applied with the project's loader."""
-    migrate_s = run_airflow_cli(["db", "migrate"], os.environ)
+    """The test home's DB migrated (a copy of one migrated once per Airflow install), then airflow_settings.yaml
+    applied with the project's loader."""
+    migrate_s = migrated_db(os.environ)
     from localdev.airflow_settings import apply_settings, load_settings
 
     started = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from localdev.airflow_local import airflow_env, run_airflow_cli
+from localdev.airflow_local import airflow_env, migrated_db, run_airflow_cli
 from localdev.airflow_settings import DEFAULT_FILE
 
 OUTCOME = re.compile(r"\b(connection|pool|variable):(\S+) (created|updated|unchanged)\b")
@@ -24,17 +24,10 @@ OUTCOME = re.compile(r"\b(connection|pool|variable):(\S+) (created|updated|uncha
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A migrated home the apply tests share (a migrate is half a minute); each applies the project file first."""
+    """A migrated home the module's tests share (a migrate is half a minute); each apply test applies the project
+    file first."""
     env = airflow_env(tmp_path_factory.mktemp("airflow"))
-    run_airflow_cli(["db", "migrate"], env)
-    return env
-
-
-@pytest.fixture(scope="module")
-def shared_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A migrated home for tests that must not change it."""
-    env = airflow_env(tmp_path_factory.mktemp("airflow"))
-    run_airflow_cli(["db", "migrate"], env)
+    migrated_db(env)
     return env
 
 
@@ -161,12 +154,13 @@ def test_updates_existing_entries_from_another_file(env: dict[str, str], tmp_pat
     ("airflow:\n  pools:\n    - pool_name: p\n      pool_slot: -5\n", "pools[0] (p): pool_slot must be an integer"),
     ("airflow:\n  variables:\n    - variable_name: v\n", "variables[0] (v): variable_value is required"),
 ])
-def test_malformed_file_fails_with_one_clear_line(shared_env: dict[str, str], tmp_path: Path, body: str,
+def test_malformed_file_fails_with_one_clear_line(env: dict[str, str], tmp_path: Path, body: str,
                                                   message: str) -> None:
+    # The module's last tests: a file refused before anything is applied leaves the shared home as it is.
     bad = tmp_path / "bad.yaml"
     bad.write_text(body)
     proc = subprocess.run([sys.executable, "-m", "localdev.airflow_settings", "apply", "--file", str(bad)],
-                          env=shared_env, capture_output=True, text=True, timeout=60, check=False)
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

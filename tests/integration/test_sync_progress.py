@@ -280,11 +280,7 @@ def test_resync_after_more_acks_and_a_rewind_converges(migrated: dict[str, Any],
     assert differences == {}
     assert drained == backlog(rep, ["ns/batched3", "ns/plain1"], list(subs)) - 1  # shared-30's delayed message
     assert backlog(rep, ["ns/plain1"], ["exclusive-all"]) == 2_000  # the rewind
-    # a third run finds nothing to do
-    assert sync(migrated["spec"], migrated["run"]) == 0
-    again = progress_report(migrated["run"])
-    assert again["counts"]["subscriptions_already_exact"] == again["counts"]["subscriptions"]
-    assert again["counts"].get("acks_sent", 0) == 0
+    # (that a further run finds nothing else to do: the next test's dry run plans one cursor, the one it breaks)
 
 
 def test_dry_run_writes_nothing_and_a_target_with_consumers_is_refused(
@@ -314,7 +310,9 @@ def test_dry_run_writes_nothing_and_a_target_with_consumers_is_refused(
     finally:
         c.close()
     assert sync(migrated["spec"], migrated["run"]) == 0
-    assert progress_report(migrated["run"])["counts"]["subscriptions_set"] == 1
+    rep = progress_report(migrated["run"])
+    assert rep["counts"]["subscriptions_set"] == 1
+    assert rep["counts"]["subscriptions_already_exact"] == rep["counts"]["subscriptions"] - 1
 
 
 def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str, Any], cluster_a: LocalCluster,
