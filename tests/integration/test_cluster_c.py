@@ -198,19 +198,15 @@ def sees_hidden(cluster: LocalCluster, topic: str) -> list[bytes]:
 
 
 def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_the_step_copy_everything(
-    cluster_c: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
+    batch_index_cluster: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession,
+    tmp_path: Path,
 ) -> None:
     """A source broker with entry filters (PIP-105, real plugins): it applies them to every subscription, the
     step's readers included, so a copy lost what they reject with verdict ok (shown before the check: 7 of 11
     messages on the target). Every mode refuses such topics in one line before writing anything; filters that
     let the step's readers (`pm-copy-reader-*`) through, with options.trust_source_entry_filters, copy every
     message, through the engine and the Python path."""
-    home = pulsar_home()
-    plugins = tmp_path / "entry-filters"
-    java_programs.entry_filter_nar(plugins, "reject-tagged", "RejectTaggedEntries", "RejectTaggedEntries", home)
-    java_programs.entry_filter_nar(plugins, "reject-tagged-except-copies", "RejectTaggedEntries",
-                                   "RejectTaggedEntries$ExceptCopies", home)
-    pulsar_local.start_with_overrides(cluster_c, f"allowOverrideEntryFilters=true,entryFiltersDirectory={plugins}")
+    cluster_c = batch_index_cluster  # started with the plugins (start_cluster_c)
     admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
     tenant = unique("it-filters")
     admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
@@ -278,11 +274,24 @@ def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_th
         admin_c.close()
 
 
+def entry_filter_plugins(cluster: LocalCluster) -> Path:
+    """cluster-c's entry filter plugins (two filters from localdev/java/RejectTaggedEntries.java), beside its root."""
+    plugins = cluster.root.parent / f"{cluster.name}-entry-filters"
+    home = pulsar_home()
+    java_programs.entry_filter_nar(plugins, "reject-tagged", "RejectTaggedEntries", "RejectTaggedEntries", home)
+    java_programs.entry_filter_nar(plugins, "reject-tagged-except-copies", "RejectTaggedEntries",
+                                   "RejectTaggedEntries$ExceptCopies", home)
+    return plugins
+
+
 def start_cluster_c() -> None:
+    """cluster-c with batch-index acknowledgements, the proxied listener and entry filter plugins (loaded, acting
+    only where a namespace or topic policy names them): one start serves the module's tests."""
     cluster = pulsar_local.local_clusters(3)[2]
-    pulsar_local.start_with_overrides(cluster, "acknowledgmentAtBatchIndexLevelEnabled=true,"
-                                      + pulsar_local.proxied_listener_overrides(cluster, PROXIED_LISTENER,
-                                                                                PROXY_BROKER_PORT))
+    pulsar_local.start_with_overrides(
+        cluster, "acknowledgmentAtBatchIndexLevelEnabled=true,allowOverrideEntryFilters=true,"
+        f"entryFiltersDirectory={entry_filter_plugins(cluster)},"
+        + pulsar_local.proxied_listener_overrides(cluster, PROXIED_LISTENER, PROXY_BROKER_PORT))
 
 
 @pytest.fixture(scope="module")
