@@ -38,10 +38,32 @@ from tests.integration.test_replicate_topics import cleanup, content, shape
 def neighbours(*args: str) -> list[tuple[str, str]]:
     """ChunkNeighbours.java through the distribution's Java client; `read` gives (message id, what a consumer
     sees) per message."""
+    reads = neighbours_runs([list(args)])
+    return reads[0] if reads else []
+
+
+def neighbours_runs(commands: list[list[str]]) -> list[list[tuple[str, str]]]:
+    """Several ChunkNeighbours commands in one JVM, in order; what each `read` gives, in order."""
+    args = [arg for command in commands for arg in (*command, ";")][:-1]
     done = subprocess.run([*java_programs.command("ChunkNeighbours", pulsar_home()), *args], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return [tuple(line[4:].split(" ", 1)) for line in done.stdout.splitlines() if line.startswith("MSG ")]
+    reads: list[list[tuple[str, str]]] = []
+    lines: list[tuple[str, str]] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("MSG "):
+            mid, seen = line[4:].split(" ", 1)
+            lines.append((mid, seen))
+        elif line.startswith("END "):
+            reads.append(lines)
+            lines = []
+    return reads
+
+
+def seen_on_both(cluster_a: LocalCluster, cluster_b: LocalCluster, topic: str) -> tuple[list[str], list[str]]:
+    """What a Java consumer sees of `topic` on the target and on the source (one JVM)."""
+    target, source = neighbours_runs([["read", cluster_b.service_url, topic], ["read", cluster_a.service_url, topic]])
+    return [seen for _, seen in target], [seen for _, seen in source]
 
 
 def position(message_id: str) -> tuple[int, int]:
@@ -68,8 +90,8 @@ def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_
     topic = f"persistent://{tenant}/ns/mixed"
     create_topics(admin_a, topic)
     try:
-        neighbours("produce", cluster_a.service_url, topic, "one")
-        source = neighbours("read", cluster_a.service_url, topic)
+        [source] = neighbours_runs([["produce", cluster_a.service_url, topic, "one"],
+                                    ["read", cluster_a.service_url, topic]])
         chunked = [(mid, seen) for mid, seen in source if chunk_ids(mid)]
         assert len(chunked) == 2 and len(source) == 2 + 300 + 3 * 10
         # The premise: the 10 KB chunks of the first one have the other producer's entries between them.
@@ -107,8 +129,8 @@ def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_
         assert step(spec, tmp_path / "run") == 0
         part = report(tmp_path / "run")["details"]["partitions"][0]
         assert part["copy_engine"] == "java" and part["copied_messages"] == len(source)
-        assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [
-            seen for _, seen in neighbours("read", cluster_a.service_url, topic)]
+        target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
+        assert target_seen == source_seen
 
         # The Python path cannot read a non-UTF-8 ordering key: one line naming the message (was a bare
         # UnicodeDecodeError); what it sent before is dropped by the target's deduplication.
@@ -116,8 +138,8 @@ def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_
         assert step(python, tmp_path / "python") == 1
         error = report(tmp_path / "python")["details"]["partitions"][0]["error"]
         assert "has a key or ordering key that is not UTF-8, which the Python path cannot read" in error, error
-        assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [
-            seen for _, seen in neighbours("read", cluster_a.service_url, topic)]
+        target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
+        assert target_seen == source_seen
     finally:
         cleanup(tenant, admin_a, admin_b)
 
@@ -169,8 +191,15 @@ def test_the_engine_stops_before_a_chunked_message_past_its_bound_and_the_next_r
 
 def split_chunks(*args: str) -> None:
     """localdev/java/SplitChunks.java: a chunked message's first or last chunks."""
+    split_chunk_parts([args[0]], *args[1:])
+
+
+def split_chunk_parts(parts: list[str], *args: str) -> None:
+    """SplitChunks once per part (`first`, `rest`, `A-B`) with the same other arguments, one after the other in
+    one JVM, each with a producer of its own as if run alone."""
+    commands = [arg for part in parts for arg in (part, *args, ";")][:-1]
     done = subprocess.run([*java_programs.command("SplitChunks", pulsar_home(), "org.apache.pulsar.client.impl"),
-                           *args], capture_output=True, text=True, timeout=300)
+                           *commands], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -341,12 +370,11 @@ def test_chunks_stored_again_or_missing_are_read_as_the_java_consumer_reads_them
         producer = c.create_producer(topic, batching_enabled=False)
         producer.send(b"x0")
         resent = (topic, "resent", "6", "3", str(60_000), "abcdefghij")
-        for part in ("0-2", "0-2", "1-1", "3-5"):  # sent over from the start, then chunk 1 once more
-            split_chunks(part, cluster_a.service_url, *resent)
+        # sent over from the start, then chunk 1 once more
+        split_chunk_parts(["0-2", "0-2", "1-1", "3-5"], cluster_a.service_url, *resent)
         producer.send(b"x1")
         gap = (topic, "gap", "6", "3", str(60_000), "0123456789")
-        for part in ("0-2", "4-5"):  # chunk 3 never stored
-            split_chunks(part, cluster_a.service_url, *gap)
+        split_chunk_parts(["0-2", "4-5"], cluster_a.service_url, *gap)  # chunk 3 never stored
         producer.send(b"x2")
         source = neighbours("read", cluster_a.service_url, topic)
         assert [seen.rsplit("value=", 1)[1] for _, seen in source][::2] == ["x0", "x1"]  # the premise, with:

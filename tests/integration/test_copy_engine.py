@@ -321,10 +321,25 @@ def test_the_final_delta_keeps_a_source_producer_that_sent_batched_and_delayed_m
 
 def binary_keys(*args: str) -> list[str]:
     """localdev/java/BinaryKeys.java through the distribution's Java client: `produce` or `read` (its lines)."""
+    reads = binary_keys_runs([list(args)])
+    return reads[0] if reads else []
+
+
+def binary_keys_runs(commands: list[list[str]]) -> list[list[str]]:
+    """Several BinaryKeys commands in one JVM, in order; the lines of each `read`, in order."""
+    args = [arg for command in commands for arg in (*command, ";")][:-1]
     done = subprocess.run([*java_programs.command("BinaryKeys", pulsar_home()), *args], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return [line[4:] for line in done.stdout.splitlines() if line.startswith("MSG ")]
+    reads: list[list[str]] = []
+    lines: list[str] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("MSG "):
+            lines.append(line[4:])
+        elif line.startswith("END "):
+            reads.append(lines)
+            lines = []
+    return reads
 
 
 def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
@@ -338,17 +353,20 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
     the limitation the README states."""
     tenants = {engine_choice: source_tenant(admin_a, cluster_a, unique(f"it-keys-{engine_choice}"))
                for engine_choice in ("auto", "python")}
+    topics = {engine_choice: f"persistent://{tenant}/ns/keys" for engine_choice, tenant in tenants.items()}
+    # Batches of 12 KiB messages (the Python path took them until 2026-11-26, and lost the flag).
+    large = f"persistent://{tenants['auto']}/ns/large-keys"
     try:
+        for topic in (*topics.values(), large):
+            admin_a.put(admin_a.topic_path(topic))
+        a = cluster_a.service_url
+        # One Java client run writes all three topics and reads them back; one more reads the copies.
+        read = (*topics.values(), large)
+        sources = dict(zip(read, binary_keys_runs(
+            [["produce", a, topics["auto"], "30"], ["produce", a, topics["python"], "30"],
+             ["produce", a, large, "20", str(12 * 1024)], *(["read", a, topic] for topic in read)]), strict=True))
         for engine_choice, tenant in tenants.items():
-            topic = f"persistent://{tenant}/ns/keys"
-            admin_a.put(f"/persistent/{tenant}/ns/keys")
-            binary_keys("produce", cluster_a.service_url, topic, "30")
-            # Batches of 12 KiB messages (the Python path took them until 2026-11-26, and lost the flag).
-            large = f"persistent://{tenant}/ns/large-keys"
-            if engine_choice == "auto":
-                admin_a.put(f"/persistent/{tenant}/ns/large-keys")
-                binary_keys("produce", cluster_a.service_url, large, "20", str(12 * 1024))
-            source = binary_keys("read", cluster_a.service_url, topic)
+            source = sources[topics[engine_choice]]
             assert len(source) == 62 and sum(line.startswith("true ") for line in source) == 60
             spec = write_spec(tmp_path / f"spec-{engine_choice}.json", tenant, cluster_a, cluster_b,
                               options={"copy_engine": engine_choice})
@@ -356,19 +374,19 @@ def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(
             assert step(spec, tmp_path / engine_choice) == 0
             assert report(tmp_path / engine_choice)["details"]["copy_engine"] == (
                 "java" if engine_choice == "auto" else "python")
-            target = binary_keys("read", cluster_b.service_url, topic)
-            if engine_choice == "auto":
-                assert target == source
-                large_source = binary_keys("read", cluster_a.service_url, large)
-                assert len(large_source) == 42 and sum(line.startswith("true ") for line in large_source) == 40
-                parts = {p["topic"]: p for p in report(tmp_path / engine_choice)["details"]["partitions"]}
-                assert parts[large]["copy_engine"] == "java" and parts[large]["copied_messages"] == 42
-                assert parts[large]["source_entries"] < parts[large]["source_messages"]  # batched
-                assert binary_keys("read", cluster_b.service_url, large) == large_source
-            else:  # the key's base64 text, as a plain key
-                expected = [f"false {base64.b64encode(bytes.fromhex(key)).hex()} {value}" if flag == "true"
-                            else line for line in source for flag, key, value in [line.split(" ")]]
-                assert target == expected
+        targets = dict(zip(read, binary_keys_runs([["read", cluster_b.service_url, topic] for topic in read]),
+                           strict=True))
+        assert targets[topics["auto"]] == sources[topics["auto"]]
+        large_source = sources[large]
+        assert len(large_source) == 42 and sum(line.startswith("true ") for line in large_source) == 40
+        parts = {p["topic"]: p for p in report(tmp_path / "auto")["details"]["partitions"]}
+        assert parts[large]["copy_engine"] == "java" and parts[large]["copied_messages"] == 42
+        assert parts[large]["source_entries"] < parts[large]["source_messages"]  # batched
+        assert targets[large] == large_source
+        # The Python path: the key's base64 text, as a plain key.
+        expected = [f"false {base64.b64encode(bytes.fromhex(key)).hex()} {value}" if flag == "true"
+                    else line for line in sources[topics["python"]] for flag, key, value in [line.split(" ")]]
+        assert targets[topics["python"]] == expected
     finally:
         for tenant in tenants.values():
             cleanup(tenant, admin_a, admin_b)
@@ -420,7 +438,9 @@ def test_the_final_delta_goes_through_the_engine_with_identities_binary_keys_and
         part = rep["details"]["partitions"][0]
         assert rep["details"]["in_driver"] and rep["details"]["copy_engine"] == "java"
         assert (part["copy_engine"], part["verified_by"], part["copied_messages"]) == ("java", "python", 62)
-        assert binary_keys("read", cluster_b.service_url, topic) == binary_keys("read", cluster_a.service_url, topic)
+        target, source = binary_keys_runs([["read", cluster_b.service_url, topic],
+                                           ["read", cluster_a.service_url, topic]])
+        assert target == source
 
         identity = ("X-Pulsar-producer-name", "X-Pulsar-sequence-id", "X-Pulsar-highest-sequence-id")
         source = [tuple(h.get(name) for name in identity) for h in headers(admin_a, cluster_a)]

@@ -22,7 +22,7 @@ from tests.integration.replication_helpers import client, create_topics, source_
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
-from tests.integration.test_copy_chunked_engine import neighbours
+from tests.integration.test_copy_chunked_engine import neighbours_runs
 from tests.integration.test_replicate_topics import cleanup
 
 
@@ -107,9 +107,9 @@ def test_a_compacted_topic_whose_ledgers_were_trimmed_keeps_its_table_on_the_tar
         # Every message in its place, a batch kept as a batch; the Java client (which skips the places a compaction
         # left in a batch) reads the target as the source's compacted view.
         assert view(cluster_b, topic, compacted=False) == compacted
-        java_source = [seen for _, seen in neighbours("read-compacted", cluster_a.service_url, topic)]
-        assert len(java_source) == 11 and java_source == [seen for _, seen in neighbours("read", cluster_b.service_url,
-                                                                                          topic)]
+        java_source, java_target = ([seen for _, seen in read] for read in neighbours_runs(
+            [["read-compacted", cluster_a.service_url, topic], ["read", cluster_b.service_url, topic]]))
+        assert len(java_source) == 11 and java_source == java_target
 
         # Again after another round, compaction and trim: the range from the first run's end is read through the
         # view (what the compaction kept of it), and the target's table is the source's.

@@ -269,7 +269,7 @@ def test_geo_carries_a_message_chunked_small_and_names_chunks_at_the_full_size_i
     are at the broker's 5 MB limit (a chunking producer's default) only the last chunk arrives, so no reader on the
     target delivers it. The step fails that partition in one line that names the chunked message and copy mode
     (it said only "entries dropped on the target?")."""
-    from tests.integration.test_copy_chunked_engine import split_chunks
+    from tests.integration.test_copy_chunked_engine import split_chunk_parts
 
     tenant = geo_tenant
     small, full = f"persistent://{tenant}/ns/audit", f"persistent://{tenant}/ns/orders-partition-0"
@@ -279,8 +279,8 @@ def test_geo_carries_a_message_chunked_small_and_names_chunks_at_the_full_size_i
             producer = c.create_producer(topic, batching_enabled=False, chunking_enabled=True)
             producer.send(b"before")
             if topic == small:
-                for part in ("first", "rest"):
-                    split_chunks(part, cluster_a.service_url, topic, "geo-small", "6", "3", "60000", "0123456789")
+                split_chunk_parts(["first", "rest"], cluster_a.service_url, topic, "geo-small", "6", "3", "60000",
+                                  "0123456789")
             else:
                 producer.send(b"F" * (6 * 1024 * 1024))
             producer.send(b"after")

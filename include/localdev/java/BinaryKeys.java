@@ -4,7 +4,8 @@
 //                        bytes in every value (large messages).
 //   read URL TOPIC:      every message from the earliest, one line each ("MSG " and the rest: the client logs to
 //                        stdout too): whether the key is binary (base64 flag), the key's bytes in hex, the value
-//                        (past 64 characters: its first 32, its length and its hash code).
+//                        (past 64 characters: its first 32, its length and its hash code); then "END TOPIC".
+// Several commands, separated by ";" arguments, run one after the other in one JVM (a start costs seconds).
 // Run with the distribution's lib/ on the class path:  java -cp 'lib/*' BinaryKeys.java MODE URL TOPIC [N [PAD]]
 import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
@@ -16,13 +17,24 @@ import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Reader;
 
 public class BinaryKeys {
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] all) throws Exception {
+        int from = 0;
+        for (int i = 0; i <= all.length; i++) {
+            if (i == all.length || all[i].equals(";")) {
+                run(java.util.Arrays.copyOfRange(all, from, i));
+                from = i + 1;
+            }
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build()) {
             if (args[0].equals("produce")) {
                 produce(client, args[2], Integer.parseInt(args[3]), args.length > 4 ? "x".repeat(
                         Integer.parseInt(args[4])) : "");
             } else {
                 read(client, args[2]);
+                System.out.println("END " + args[2]);
             }
         }
     }
