@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +43,10 @@ def neighbours(*args: str) -> list[tuple[str, str]]:
 
 def neighbours_runs(commands: list[list[str]]) -> list[list[tuple[str, str]]]:
     """Several ChunkNeighbours commands in one JVM, in order; what each `read` gives, in order."""
-    args = [arg for command in commands for arg in (*command, ";")][:-1]
-    done = subprocess.run([*java_programs.command("ChunkNeighbours", pulsar_home()), *args], capture_output=True,
-                          text=True, timeout=300)
+    done = java_programs.run_commands("ChunkNeighbours", pulsar_home(), commands)
     assert done.returncode == 0, done.stderr[-3000:]
-    reads: list[list[tuple[str, str]]] = []
-    lines: list[tuple[str, str]] = []
-    for line in done.stdout.splitlines():
-        if line.startswith("MSG "):
-            mid, seen = line[4:].split(" ", 1)
-            lines.append((mid, seen))
-        elif line.startswith("END "):
-            reads.append(lines)
-            lines = []
-    return reads
+    return [[(mid, seen) for mid, seen in (line.split(" ", 1) for line in block)]
+            for block in java_programs.read_blocks(done.stdout)]
 
 
 def seen_on_both(cluster_a: LocalCluster, cluster_b: LocalCluster, topic: str) -> tuple[list[str], list[str]]:
@@ -197,9 +186,8 @@ def split_chunks(*args: str) -> None:
 def split_chunk_parts(parts: list[str], *args: str) -> None:
     """SplitChunks once per part (`first`, `rest`, `A-B`) with the same other arguments, one after the other in
     one JVM, each with a producer of its own as if run alone."""
-    commands = [arg for part in parts for arg in (part, *args, ";")][:-1]
-    done = subprocess.run([*java_programs.command("SplitChunks", pulsar_home(), "org.apache.pulsar.client.impl"),
-                           *commands], capture_output=True, text=True, timeout=300)
+    done = java_programs.run_commands("SplitChunks", pulsar_home(), [[part, *args] for part in parts],
+                                      "org.apache.pulsar.client.impl")
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -327,19 +326,9 @@ def binary_keys(*args: str) -> list[str]:
 
 def binary_keys_runs(commands: list[list[str]]) -> list[list[str]]:
     """Several BinaryKeys commands in one JVM, in order; the lines of each `read`, in order."""
-    args = [arg for command in commands for arg in (*command, ";")][:-1]
-    done = subprocess.run([*java_programs.command("BinaryKeys", pulsar_home()), *args], capture_output=True,
-                          text=True, timeout=300)
+    done = java_programs.run_commands("BinaryKeys", pulsar_home(), commands)
     assert done.returncode == 0, done.stderr[-3000:]
-    reads: list[list[str]] = []
-    lines: list[str] = []
-    for line in done.stdout.splitlines():
-        if line.startswith("MSG "):
-            lines.append(line[4:])
-        elif line.startswith("END "):
-            reads.append(lines)
-            lines = []
-    return reads
+    return java_programs.read_blocks(done.stdout)
 
 
 def test_binary_keys_of_java_producers_arrive_as_bytes_through_the_engine(

@@ -5,7 +5,7 @@
 //   read URL TOPIC:      every message from the earliest, one line each ("MSG " and the rest: the client logs to
 //                        stdout too): whether the key is binary (base64 flag), the key's bytes in hex, the value
 //                        (past 64 characters: its first 32, its length and its hash code); then "END TOPIC".
-// Several commands, separated by ";" arguments, run one after the other in one JVM (a start costs seconds).
+// Several commands, separated by ";" arguments, run one after the other in one JVM (pm.Commands).
 // Run with the distribution's lib/ on the class path:  java -cp 'lib/*' BinaryKeys.java MODE URL TOPIC [N [PAD]]
 import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
@@ -18,13 +18,7 @@ import org.apache.pulsar.client.api.Reader;
 
 public class BinaryKeys {
     public static void main(String[] all) throws Exception {
-        int from = 0;
-        for (int i = 0; i <= all.length; i++) {
-            if (i == all.length || all[i].equals(";")) {
-                run(java.util.Arrays.copyOfRange(all, from, i));
-                from = i + 1;
-            }
-        }
+        pm.Commands.each(all, BinaryKeys::run);
     }
 
     static void run(String[] args) throws Exception {

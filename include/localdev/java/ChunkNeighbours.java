@@ -9,8 +9,8 @@
 //   read URL TOPIC: every message from the earliest, one line each ("MSG " and the rest: the client logs to stdout
 //     too): its message id (a chunked message: "first;last"), then what a consumer sees of it. read-compacted: the
 //     same through the topic's compacted view.
-// Several commands, separated by ";" arguments, run one after the other in one JVM (a start costs seconds); each
-// read ends with "END TOPIC".
+// Several commands, separated by ";" arguments, run one after the other in one JVM (pm.Commands); each read ends
+// with "END TOPIC".
 // Run with the distribution's lib/ on the class path:  java -cp 'lib/*' ChunkNeighbours.java MODE URL TOPIC [ROUND]
 import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
@@ -29,13 +29,7 @@ import org.apache.pulsar.client.api.Schema;
 
 public class ChunkNeighbours {
     public static void main(String[] all) throws Exception {
-        int from = 0;
-        for (int i = 0; i <= all.length; i++) {
-            if (i == all.length || all[i].equals(";")) {
-                run(java.util.Arrays.copyOfRange(all, from, i));
-                from = i + 1;
-            }
-        }
+        pm.Commands.each(all, ChunkNeighbours::run);
     }
 
     static void run(String[] args) throws Exception {

@@ -19,16 +19,9 @@ import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.common.api.proto.MessageMetadata;
 
 public final class SplitChunks {
-    /** Several commands, separated by ";" arguments, one after the other in one JVM (a start costs seconds), each
-     *  with a client and producer of its own as if run alone. */
+    /** Several commands (pm.Commands), each with a client and producer of its own as if run alone. */
     public static void main(String[] all) throws Exception {
-        int from = 0;
-        for (int i = 0; i <= all.length; i++) {
-            if (i == all.length || all[i].equals(";")) {
-                run(java.util.Arrays.copyOfRange(all, from, i));
-                from = i + 1;
-            }
-        }
+        pm.Commands.each(all, SplitChunks::run);
     }
 
     static void run(String[] args) throws Exception {
