@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -220,18 +221,23 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
     ok. The engine now reads the message's earlier chunks again, from the first entry published 60 s before it."""
     tenant = source_tenant(admin_a, cluster_a, unique("it-chunkspan"))
     topic = f"persistent://{tenant}/ns/span"
-    create_topics(admin_a, topic)
+    spanning = f"persistent://{tenant}/ns/python"  # for the Python path, below (empty until then)
+    create_topics(admin_a, topic, spanning)
     c = client(cluster_a)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+
+    def parts(run_dir: Path) -> dict[str, dict[str, Any]]:
+        return {p["topic"]: p for p in report(run_dir)["details"]["partitions"]}
+
     try:
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         producer = c.create_producer(topic, batching_enabled=False)
         chunked = begin_spanning_message(cluster_a, producer, topic, "span-uuid-1")
         assert step(spec, tmp_path / "run") == 0  # its bound: inside the message
-        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4
+        assert parts(tmp_path / "run")[topic]["copied_messages"] == 4
         end_spanning_message(cluster_a, producer, chunked)
         assert step(spec, tmp_path / "run") == 0
-        part = report(tmp_path / "run")["details"]["partitions"][0]
+        part = parts(tmp_path / "run")[topic]
         assert part["copy_engine"] == "java" and part["earlier_chunk_messages"] == 1, part
         assert report(tmp_path / "run")["counts"]["earlier_chunk_messages"] == 1
         assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
@@ -242,9 +248,6 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
 
         # The Python path cannot read such a message: one line naming it, where it went missing with verdict ok.
         python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
-        spanning = f"persistent://{tenant}/ns/python"
-        create_topics(admin_a, spanning)
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(python), "--run-dir", str(tmp_path)]) == 0
         chunked = begin_spanning_message(cluster_a, c.create_producer(spanning, batching_enabled=False), spanning,
                                          "span-uuid-3")
         assert step(python, tmp_path / "python") == 0
@@ -258,10 +261,47 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         cleanup(tenant, admin_a, admin_b)
 
 
-@pytest.mark.parametrize("case", ["clock-ahead", "clock-behind", "uuid-again"])
+ACROSS_RUNS_CASES = {"clock-ahead": 20 * 60_000, "clock-behind": -20 * 60_000, "uuid-again": 0}  # clock offset
+
+
+@pytest.fixture(scope="module")
+def across_runs(cluster_a: LocalCluster, cluster_b: LocalCluster,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One tenant with a topic per case, each holding a message whose chunks span two runs (a run between its
+    first and its last chunks); both runs copy all three topics (each partition's earlier chunks are searched for
+    on their own). Yields the topics and both runs' partition details by topic."""
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tmp_path = tmp_path_factory.mktemp("across-runs")
+    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkclock"))
+    topics = {case: f"persistent://{tenant}/ns/{case}" for case in ACROSS_RUNS_CASES}
+    create_topics(admin_a, *topics.values())
+    c = client(cluster_a)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        producers = {case: c.create_producer(topic, batching_enabled=False) for case, topic in topics.items()}
+        split_chunks("0-5", cluster_a.service_url, topics["uuid-again"], "clock-uuid", "6", "3", str(60_000),
+                     "ABCDEFGHIJ")
+        chunked = {case: begin_spanning_message(cluster_a, producers[case], topics[case], "clock-uuid", offset_ms)
+                   for case, offset_ms in ACROSS_RUNS_CASES.items()}
+        assert step(spec, tmp_path / "run") == 0
+        first = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}
+        for case in ACROSS_RUNS_CASES:
+            end_spanning_message(cluster_a, producers[case], chunked[case])
+        assert step(spec, tmp_path / "run") == 0
+        second = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}
+        yield {"topics": topics, "first": first, "second": second}
+    finally:
+        c.close()
+        cleanup(tenant, admin_a, admin_b)
+        admin_a.close()
+        admin_b.close()
+
+
+@pytest.mark.parametrize("case", list(ACROSS_RUNS_CASES))
 def test_a_chunked_message_across_runs_is_copied_whole_whatever_its_producers_clock_or_uuid(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
-    case: str,
+    across_runs: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, case: str,
 ) -> None:
     """As above, with what the search for the earlier chunks can meet (until 2026-11-27 the message was counted
     unassembled and lost, with a warning and verdict ok, in the first and third cases):
@@ -271,35 +311,16 @@ def test_a_chunked_message_across_runs_is_copied_whole_whatever_its_producers_cl
     - uuid-again: an earlier message with the same uuid (a producer's name and sequence id again: a producer
       restarted without deduplication) lies whole within the margin. The reading stopped there; it now passes over
       it, as a reader delivers it there."""
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkclock"))
-    topic = f"persistent://{tenant}/ns/clock"
-    create_topics(admin_a, topic)
-    c = client(cluster_a)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-    offset_ms = {"clock-ahead": 20, "clock-behind": -20, "uuid-again": 0}[case] * 60_000
-    try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
-        producer = c.create_producer(topic, batching_enabled=False)
-        earlier = []
-        if case == "uuid-again":
-            split_chunks("0-5", cluster_a.service_url, topic, "clock-uuid", "6", "3", str(60_000), "ABCDEFGHIJ")
-            earlier = [b"ABCDEFGHIJAB"]
-        chunked = begin_spanning_message(cluster_a, producer, topic, "clock-uuid", offset_ms)
-        assert step(spec, tmp_path / "run") == 0
-        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 4 + len(earlier)
-        end_spanning_message(cluster_a, producer, chunked)
-        assert step(spec, tmp_path / "run") == 0
-        counts = report(tmp_path / "run")["counts"]
-        part = report(tmp_path / "run")["details"]["partitions"][0]
-        assert part["earlier_chunk_messages"] == 1 and counts["unassembled_chunked_messages"] == 0, part
-        assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
-        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
-        assert [m["data"][:12] for m in source] == [*earlier, b"first", b"between-0", b"between-1", b"between-2",
-                                                    b"012345678901", b"last"]  # the premise: a reader's order
-        assert content(target) == content(source)
-    finally:
-        c.close()
-        cleanup(tenant, admin_a, admin_b)
+    topic = across_runs["topics"][case]
+    earlier = [b"ABCDEFGHIJAB"] if case == "uuid-again" else []
+    assert across_runs["first"][topic]["copied_messages"] == 4 + len(earlier)
+    part = across_runs["second"][topic]
+    assert part["earlier_chunk_messages"] == 1 and part["unassembled_chunked_messages"] == 0, part
+    assert part["copied_messages"] == part["source_messages"] == 2  # the message and "last"
+    source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+    assert [m["data"][:12] for m in source] == [*earlier, b"first", b"between-0", b"between-1", b"between-2",
+                                                b"012345678901", b"last"]  # the premise: a reader's order
+    assert content(target) == content(source)
 
 
 def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_producers_identity(
