@@ -35,6 +35,14 @@ def java_version() -> str:
 def command(name: str, home: Path, package: str = "") -> list[str]:
     """`java -cp <classes>:<home>/lib/* <name>`: the program `localdev/java/<name>.java`, compiled once (`package`:
     the one it declares, e.g. the client's own to reach its internals)."""
+    qualified = f"{package}.{name}" if package else name
+    return ["java", *JVM_OPTIONS, "-cp", f"{compiled(name, home, package)}{os.pathsep}{home / 'lib' / '*'}",
+            qualified]
+
+
+def compiled(name: str, home: Path, package: str = "") -> Path:
+    """The classes directory of `localdev/java/<name>.java` (with the shared sources), compiled once per source,
+    distribution and JDK into the user cache."""
     source = SOURCES / f"{name}.java"
     qualified = f"{package}.{name}" if package else name
     key = hashlib.sha256(source.read_bytes() + SHARED.read_bytes() + str(home.resolve()).encode()
@@ -49,7 +57,7 @@ def command(name: str, home: Path, package: str = "") -> list[str]:
         os.replace(staging, classes)
 
     build_once(classes, classes.joinpath(*qualified.split(".")).with_suffix(".class"), build)
-    return ["java", *JVM_OPTIONS, "-cp", f"{classes}{os.pathsep}{home / 'lib' / '*'}", qualified]
+    return classes
 
 
 def run_commands(name: str, home: Path, commands: list[list[str]], package: str = "",
@@ -77,8 +85,7 @@ def entry_filter_nar(directory: Path, name: str, source: str, filter_class: str,
     """A broker entry filter plugin (a NAR: the compiled classes of `localdev/java/<source>.java` and the
     `entry_filter.yml` naming `filter_class` as the filter `name`) written into `directory`, a broker's
     `entryFiltersDirectory`."""
-    cmd = command(source, home)
-    classes = Path(cmd[cmd.index("-cp") + 1].split(os.pathsep)[0])
+    classes = compiled(source, home)
     definition = f"name: {name}\ndescription: test filter {filter_class}\nentryFilterClass: {filter_class}\n"
     directory.mkdir(parents=True, exist_ok=True)
     nar = directory / f"{name}.nar"
