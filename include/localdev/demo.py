@@ -189,7 +189,8 @@ def run_demo(tenant: str) -> int:
             written = api.return_value(DAG_ID, run["dag_run_id"], REPORT_TASK) if run["state"] == "success" else None
             if written:
                 results[label]["report"] = written["html"]
-                sys.stdout.write(f"   report: {written['html']} (verdict {written['verdict']})\n")
+                sys.stdout.write(f"   report: {written['html']} (verdict {written['verdict']}: "
+                                 f"{written.get('meaning', '')})\n")
             if run["state"] != "success":
                 raise DemoError(f"the {label} DAG run failed; see the task logs at {url}/dags/{DAG_ID}")
             if live is not None:

@@ -217,13 +217,13 @@ def report_task(upstream: Any) -> XComArg:
         with dag_support.run_dir_spark(run_dir) as spark:
             summary = migration_report.build(run_dir, dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"], spark=spark)
             written = migration_report.write(run_dir, summary, spark)
-        log.info("migration report (%s): %s", summary["verdict"], written["html"])
+        log.info("migration report (%s: %s): %s", summary["verdict"], summary["meaning"], written["html"])
         log.info("lost %d, duplicated %d; steps: %s", summary["lost"], summary["duplicated"],
                  ", ".join(f"{s['step']} {s['verdict']}" for s in summary["steps"]))
         if summary["verdict"] == "failed":
             failed = [s["step"] for s in summary["steps"] if s["verdict"] not in ("ok", "planned")]
             raise AirflowFailException(f"migration failed at {failed[0]} (report: {written['html']})")
-        return {**written, "verdict": summary["verdict"], "lost": summary["lost"],
+        return {**written, "verdict": summary["verdict"], "meaning": summary["meaning"], "lost": summary["lost"],
                 "duplicated": summary["duplicated"]}
 
     report = write_migration_report()

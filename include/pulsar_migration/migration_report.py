@@ -51,6 +51,7 @@ def build(run_dir: str, *, dag_id: str | None = None, run_id: str | None = None,
         "replication_mode": (spec.get("replication") or {}).get("mode"),
         "namespaces": spec.get("namespaces"),
         "verdict": verdict(steps),
+        "meaning": meaning(steps),
         "steps": steps,
         "total_step_s": round(sum(s["duration_s"] or 0.0 for s in steps), 3),
         "plan_counts": dict((reports["sync_metadata"] or {}).get("counts") or {}),
@@ -223,10 +224,36 @@ def _headline(summary: Mapping[str, Any]) -> str:
             f"{len(summary['subscriptions'])} subscription(s), {len(summary['partitions'])} partition(s)")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def meaning(steps: Sequence[Mapping[str, Any]]) -> str:
+    """The verdict in words: "planned" covers both a dry run and a migration whose cleanup was not confirmed,
+    which readers otherwise take for a migration that did not happen."""
+    by_verdict: dict[str, list[str]] = {}
+    for s in steps:
+        by_verdict.setdefault(str(s["verdict"]), []).append(s["step"])
+    bad = [s for s in steps if s["verdict"] not in ("ok", "planned")]
+    if bad:
+        first = bad[0]
+        return f"{first['step']} {first['verdict']}" + (f": {first['error']}" if first.get("error") else "") + \
+            "; the steps are idempotent: fix the cause and trigger the DAG again with the same parameters"
+    planned = by_verdict.get("planned", [])
+    if not planned:
+        return "every step did its work and verified it"
+    if planned == ["cleanup_source"]:
+        return ("the tenant is moved and verified; the source still holds its copy (cleanup_source only planned: "
+                "trigger again with confirm_cleanup to delete it)")
+    if not by_verdict.get("ok"):
+        return "a dry run: every step planned, nothing was written to either cluster"
+    return f"{', '.join(by_verdict['ok'])} done; {', '.join(planned)} only planned"
+
+
 def to_markdown(summary: Mapping[str, Any]) -> str:
     lines = [f"# Pulsar migration report: {summary['tenant']}", "",
              f"Run `{summary['run_id']}` of `{summary['dag_id']}`, run dir `{summary['run_dir']}`.", "",
-             _headline(summary) + ".", ""]
+             _headline(summary) + ".", "", _sentence(summary["meaning"]) + ".", ""]
     for title, header, rows, note in _tables(summary):
         lines += [f"## {title}", ""]
         if rows:
@@ -244,7 +271,8 @@ def to_html(summary: Mapping[str, Any]) -> str:
     body = [f"<h1>Pulsar migration report: {esc(str(summary['tenant']))}</h1>",
             f"<p>Run <code>{esc(str(summary['run_id']))}</code> of <code>{esc(str(summary['dag_id']))}</code>, "
             f"run dir <code>{esc(str(summary['run_dir']))}</code>.</p>",
-            f"<p class=\"verdict\" style=\"color:{colour}\"><strong>{esc(_headline(summary))}</strong></p>"]
+            f"<p class=\"verdict\" style=\"color:{colour}\"><strong>{esc(_headline(summary))}</strong></p>",
+            f"<p class=\"meaning\">{esc(_sentence(summary['meaning']))}.</p>"]
     for title, header, rows, note in _tables(summary):
         body.append(f"<h2>{esc(title)}</h2>")
         if rows:

@@ -36,7 +36,7 @@ def write_report(base: Path, run_id: str, verdict: str) -> Path:
     directory = Path(dag_support.run_dir(str(base), dag_support.MIGRATION_DAG_ID, run_id))
     directory.mkdir(parents=True)
     summary = {"dag_id": dag_support.MIGRATION_DAG_ID, "run_id": run_id, "verdict": verdict, "tenant": "acme",
-               "source": "a", "target": "b", "lost": 0, "duplicated": 0}
+               "source": "a", "target": "b", "lost": 0, "duplicated": 0, "meaning": f"<i>{verdict}</i> in words"}
     (directory / migration_report.SUMMARY_FILE).write_text(json.dumps(summary))
     (directory / migration_report.HTML_FILE).write_text(f"<p>{run_id} {verdict}</p>")
     return directory
@@ -54,6 +54,7 @@ def test_runs_are_listed_with_verdicts_and_their_reports_served(tmp_path: Path) 
     page = ui.runs_page(runs)
     assert "manual__&lt;b&gt;" in page and "<b>" not in page.replace("<body>", "")  # escaped
     assert 'href="runs/pulsar_tenant_migration/manual__2026-11-23T08%3A00%3A00%2B00%3A00"' in page
+    assert '<td title="&lt;i&gt;planned&lt;/i&gt; in words">planned</td>' in page  # the verdict's words, escaped
     assert ui.report_page(str(tmp_path), dag_support.MIGRATION_DAG_ID,
                           "manual__2026-11-23T08:00:00+00:00") == "<p>manual__2026-11-23T08:00:00+00:00 planned</p>"
     assert ui.report_page(str(tmp_path), dag_support.MIGRATION_DAG_ID, "manual__never") is None

@@ -75,6 +75,34 @@ def test_verdict(verdicts: list[str], expected: str) -> None:
     assert migration_report.verdict([{"verdict": v} for v in verdicts]) == expected
 
 
+STEPS = migration_report.STEPS
+
+
+@pytest.mark.parametrize(("verdicts", "says"), [
+    (["ok"] * 5, "every step did its work and verified it"),
+    (["planned"] * 5, "a dry run: every step planned, nothing was written to either cluster"),
+    (["ok"] * 4 + ["planned"], "the tenant is moved and verified; the source still holds its copy (cleanup_source "
+                               "only planned: trigger again with confirm_cleanup to delete it)"),
+    (["ok", "ok", "planned", "planned", "planned"], "sync_metadata, replicate_topics done; sync_progress, "
+                                                    "switch_lookup, cleanup_source only planned"),
+    (["ok", "failed", "not run", "not run", "not run"], "replicate_topics failed: boom; the steps are idempotent: "
+                                                        "fix the cause and trigger the DAG again with the same "
+                                                        "parameters"),
+])
+def test_the_verdict_in_words(verdicts: list[str], says: str) -> None:
+    steps = [{"step": step, "verdict": v, "error": "boom" if v == "failed" else None}
+             for step, v in zip(STEPS, verdicts, strict=True)]
+    assert migration_report.meaning(steps) == says
+
+
+def test_the_report_says_what_planned_means(run_dir: Path) -> None:
+    summary = migration_report.build(str(run_dir), dag_id="d", run_id="r")
+    written = migration_report.write(str(run_dir), summary)
+    sentence = "The tenant is moved and verified; the source still holds its copy"
+    assert summary["meaning"].startswith(sentence[:1].lower() + sentence[1:])
+    assert sentence in Path(written["markdown"]).read_text() and sentence in Path(written["html"]).read_text()
+
+
 def test_missing_step_reports_are_not_run(tmp_path: Path) -> None:
     (tmp_path / "sync_metadata.json").write_text(json.dumps(step_report("sync_metadata", "failed", error="boom")))
 

@@ -49,8 +49,8 @@ def list_runs(base: str, root: str | Path | None = None) -> list[dict[str, Any]]
             except (OSError, ValueError):
                 log.warning("unreadable report %s", summary_file)
                 continue
-            runs.append({key: summary.get(key) for key in ("dag_id", "run_id", "verdict", "tenant", "source",
-                                                              "target", "lost", "duplicated")}
+            runs.append({key: summary.get(key) for key in ("dag_id", "run_id", "verdict", "meaning", "tenant",
+                                                              "source", "target", "lost", "duplicated")}
                         | {"modified": summary_file.stat().st_mtime})
     return sorted(runs, key=lambda r: r["modified"], reverse=True)
 
@@ -69,7 +69,9 @@ def runs_page(runs: list[dict[str, Any]]) -> str:
         link = f"runs/{quote(str(run['dag_id']), safe='')}/{quote(str(run['run_id']), safe='')}"
         cells = [f'<a href="{html.escape(link)}">{html.escape(str(run["run_id"]))}</a>',
                  *(html.escape(str(run[k])) for k in ("tenant", "source", "target", "verdict", "lost", "duplicated"))]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        titles = {4: run.get("meaning")}  # the verdict's cell says in words what it means, on hover
+        rows.append("<tr>" + "".join(f'<td title="{html.escape(str(titles[i]))}">{c}</td>' if titles.get(i)
+                                     else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
     body = "\n".join(rows) or '<tr><td colspan="7">No migration has written a report yet.</td></tr>'
     return _page("Pulsar migrations", f"""<table><thead><tr><th>run</th><th>tenant</th><th>source</th><th>target</th>
 <th>verdict</th><th>lost</th><th>duplicated</th></tr></thead>
