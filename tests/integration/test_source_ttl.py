@@ -1,10 +1,11 @@
-"""A source with a message TTL on real clusters: the broker's expiry check moves every cursor past messages older
-than the TTL, the copy's readers' included (PersistentTopic.checkMessageExpiry expires each subscription, readers'
-non-durable ones too). A copy then had a hole in the middle of its range with verdict ok: 30,000 of 40,000 messages
-on the target, a plain reader of the source getting all 40,000. The test moves the reader the way the expiry check
-does (the admin API's expiry of a subscription up to a position, the same PersistentMessageExpiryMonitor), in the
-middle of a capped copy, through the engine and the Python path: the copy reads again from where it was and the
-target holds every message. Judged by the step's verification and by plain readers of both sides."""
+"""A source with a message TTL, or an operator's expiry of every subscription, on real clusters: the broker's expiry
+check moves every cursor past messages older than the TTL, the copy's readers' included
+(PersistentTopic.checkMessageExpiry expires each subscription, readers' non-durable ones too). A copy then had a
+hole in the middle of its range with verdict ok: 30,000 of 40,000 messages on the target, a plain reader of the
+source getting all 40,000. The test moves the reader the way the expiry check does (the admin API's expiry of a
+subscription up to a position, the same PersistentMessageExpiryMonitor), in the middle of a capped copy, through
+the engine and the Python path: the copy reads again from where it was and the target holds every message. Judged
+by the step's verification and by plain readers of both sides."""
 
 from __future__ import annotations
 
@@ -112,6 +113,70 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
         assert result["counts"]["copied_messages"] == count
         expected = [f"m{i}".encode() for i in range(count)]
         assert [m["data"] for m in drain(cluster_b, topic)] == expected == [m["data"] for m in drain(cluster_a, topic)]
+    finally:
+        for admin in (admin_a, admin_b):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+
+
+def test_an_expiry_of_every_subscription_moves_the_copys_reader_on_any_topic_and_the_copy_reads_again(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """An operator's `topics expire-messages-all-subscriptions` (the admin call behind it) expires the copy's
+    reader with the subscriptions, on a topic without a TTL: the copy had a hole with verdict ok (12,500 of 30,000
+    messages through the engine, 3,200 of 8,000 through the Python path, before the guard covered every topic).
+    The older half of a topic is expired in the middle of a capped copy; the target gets every message, in order,
+    while the source's own subscription shows the expiry did happen."""
+    older, newer, pause_s = 24_000, 6_000, 4.0
+    tenant = source_tenant(admin_a, cluster_a, unique("it-expire-all"))
+    topic = f"persistent://{tenant}/ns/t"
+    admin_a.put(admin_a.topic_path(topic))
+    admin_a.put(f"{admin_a.topic_path(topic)}/subscription/app", {"entryId": 0, "ledgerId": 0})  # at the earliest
+    admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    try:
+        c = client(cluster_a)
+        try:
+            producer = c.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+            for i in range(older + newer):
+                if i == older:
+                    producer.flush()
+                    between = time.time() + pause_s / 2  # the expiry's threshold: after the older half, before the rest
+                    time.sleep(pause_s)
+                producer.send_async(f"m{i}".encode(), None)
+            producer.flush()
+        finally:
+            c.close()
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                          options={"copy_max_msgs_per_s": 3_000})
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+
+        def expire_all() -> None:
+            deadline = time.monotonic() + 60
+            while not any(n.startswith(READER_PREFIX)
+                          for n in admin_a.get(f"{admin_a.topic_path(topic)}/stats")["subscriptions"]):
+                assert time.monotonic() < deadline, "no reader of the topic appeared"
+                time.sleep(0.05)
+            seconds = int(time.time() - between)
+            admin_a.post(f"{admin_a.topic_path(topic)}/all_subscription/expireMessages/{seconds}")
+
+        codes: list[int] = []
+        running = threading.Thread(target=lambda: codes.append(step(spec, run_dir)))
+        running.start()
+        try:
+            expire_all()
+        finally:
+            running.join(300)
+        assert codes == [0]
+        # The expiry happened: the source's own subscription was moved past the older half.
+        assert admin_a.get(f"{admin_a.topic_path(topic)}/stats")["subscriptions"]["app"]["msgBacklog"] == newer
+        result = report(run_dir)
+        assert result["details"]["reader_gap_tolerance"] == {"0": 1}  # no marker can be stored here: strict
+        assert result["counts"]["reader_rereads"] >= 1, result["counts"]
+        assert result["counts"]["copied_messages"] == older + newer
+        expected = [f"m{i}".encode() for i in range(older + newer)]
+        assert [m["data"] for m in drain(cluster_b, topic)] == expected
     finally:
         for admin in (admin_a, admin_b):
             if tenant in admin.get("/tenants"):

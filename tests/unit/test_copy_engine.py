@@ -387,11 +387,61 @@ def test_the_copy_fails_on_a_read_back_that_takes_nothing_while_it_waits(probes:
                       "it (2990 entries sent and not read back)"]
 
 
+# EntryCopy.Gaps over a job's ledgers and tolerance; args: tolerance, then (last ledger, last entry, ledger, entry)
+# quadruples (a last ledger of -1: the range's start); prints per quadruple the stored entries between and whether
+# the entry is taken (a second look at the same jump is taken: the broker skipped the same entries again).
+GAPS_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+public final class GapsProbe {
+    public static void main(String[] args) throws Exception {
+        ObjectMapper json = new ObjectMapper();
+        EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
+                + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
+                json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\", "
+                        + "\\"ledgers\\": [[10, 3], [11, 0], [12, 2], [14, 5]], \\"gap_tolerance\\": " + args[0] + "}"));
+        EntryCopy.Gaps gaps = copy.new Gaps(copy.ledgers, copy.gapTolerance);
+        for (int i = 1; i + 3 < args.length; i += 4) {
+            long[] last = Long.parseLong(args[i]) < 0 ? null
+                    : new long[] {Long.parseLong(args[i]), Long.parseLong(args[i + 1])};
+            long ledger = Long.parseLong(args[i + 2]);
+            long entry = Long.parseLong(args[i + 3]);
+            System.out.println(gaps.storedBetween(last, ledger, entry) + " " + gaps.follows(last, ledger, entry));
+        }
+        System.out.println("rereads " + copy.rereads);
+    }
+}
+"""
+
+
+def test_the_engines_reader_guard_judges_jumps_as_the_python_one_does(probes: tuple[Path, str]) -> None:
+    """EntryCopy.Gaps and reading.EntryGaps on the same ledgers, strict and with a marker's tolerance."""
+    from pulsar_migration.positions import Position
+    from pulsar_migration.replication.reading import EntryGaps
+
+    cases = [(10, 0, 10, 1), (10, 0, 10, 2), (10, 1, 12, 0), (10, 2, 12, 1), (10, 1, 12, 1), (10, 0, 14, 1),
+             (-1, 0, 10, 2), (14, 4, 20, 5)]
+    for tolerance in (0, 1):
+        python = EntryGaps([(10, 3), (11, 0), (12, 2), (14, 5)], tolerance=tolerance)
+        expected = []
+        for last_ledger, last_entry, ledger, entry in cases:
+            last = None if last_ledger < 0 else Position(last_ledger, last_entry)
+            expected.append(f"{python.stored_between(last, Position(ledger, entry))} "
+                            f"{str(python.follows(last, Position(ledger, entry))).lower()}")
+        expected.append(f"rereads {python.rereads}")
+        out = run_probe(probes, "GapsProbe", [str(tolerance), *(str(n) for case in cases for n in case)])
+        assert out.splitlines() == expected, (tolerance, out)
+    assert expected[3] == "1 true" and expected[4] == "2 false"  # tolerance 1: a marker's entry goes, two do not
+
+
 def probe_sources() -> dict[str, str]:
     """Every probe of this module by class name (compiled together: one javac costs about 3 s of CPU)."""
     return {"StallProbe": probe_source(STALL_PROBE), "SequenceProbe": SEQUENCE_PROBE, "PairProbe": PAIR_PROBE,
             "HashProbe": HASH_PROBE, "ChunkProbe": CHUNK_PROBE, "TagProbe": TAG_PROBE,
-            "LagProbe": probe_source(LAG_PROBE), "ByteLagProbe": probe_source(BYTE_LAG_PROBE)}
+            "LagProbe": probe_source(LAG_PROBE), "ByteLagProbe": probe_source(BYTE_LAG_PROBE),
+            "GapsProbe": GAPS_PROBE}
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ tests/integration/test_source_ttl.py."""
 from __future__ import annotations
 
 from pulsar_migration.admin import RUNTIME_CONFIGURATION, AdminError
-from pulsar_migration.replication.source_ttl import UNKNOWN, applied_ttls
+from pulsar_migration.replication.source_ttl import MARKER_TOLERANCE, STRICT, UNKNOWN, applied_ttls, reader_guards
 
 from tests.unit.answering_admin import AnsweringAdmin
 
@@ -46,3 +46,29 @@ def test_an_unreadable_broker_configuration_reads_every_topic() -> None:
     admin = AnsweringAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), "/namespaces/t/ns": {},
                       "/persistent/t/ns/a/messageTTL": 0})
     assert applied_ttls(admin, ["persistent://t/ns/a"], 2) == {"persistent://t/ns/a": 0}  # type: ignore[arg-type]
+
+
+def test_readers_are_watched_strictly_where_no_marker_can_be_stored() -> None:
+    """A single entry passed over is let go only where the broker can store markers a reader never gets: the
+    transaction coordinator on, or the namespace replicating elsewhere (snapshot markers), or topic policies that
+    may say so; a TTL keeps the guard strict."""
+    never = {"numberOfEntries": 0, "compactedLedger": {"entries": -1}}
+    answers = {
+        "/namespaces/t/local": {"replication_clusters": ["a"]},
+        "/namespaces/t/geo": {"replication_clusters": ["a", "b"]},
+        "/namespaces/t/ttl": {"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 60},
+        "/namespaces/t/policies": {"replication_clusters": ["a"]},
+        EVENTS.format("local"): never, EVENTS.format("geo"): never, EVENTS.format("ttl"): never,
+        EVENTS.format("policies"): {"numberOfEntries": 2},
+        "/persistent/t/policies/p/messageTTL": 0,
+    }
+    topics = ["persistent://t/local/a", "persistent://t/geo/b", "persistent://t/ttl/c", "persistent://t/policies/p"]
+    off = AnsweringAdmin({RUNTIME_CONFIGURATION: {"transactionCoordinatorEnabled": "false"}, **answers})
+    assert reader_guards(off, topics, 2) == {  # type: ignore[arg-type]
+        "persistent://t/local/a": (0, STRICT), "persistent://t/geo/b": (0, MARKER_TOLERANCE),
+        "persistent://t/ttl/c": (60, STRICT), "persistent://t/policies/p": (0, MARKER_TOLERANCE)}
+    on = AnsweringAdmin({RUNTIME_CONFIGURATION: {"transactionCoordinatorEnabled": "true"}, **answers})
+    assert reader_guards(on, topics[:1], 2) == {"persistent://t/local/a": (0, MARKER_TOLERANCE)}  # type: ignore[arg-type]
+    unknown = AnsweringAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), **answers})
+    # An unknown TTL is read as one: strict.
+    assert reader_guards(unknown, topics[:1], 2) == {"persistent://t/local/a": (UNKNOWN, STRICT)}  # type: ignore[arg-type]

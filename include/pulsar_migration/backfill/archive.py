@@ -66,23 +66,24 @@ def digest_column() -> Column:
 
 
 def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = None, held_back: Any = None,
-                     ttl_topics: frozenset[str] = frozenset()) -> Any:
+                     guards: dict[str, int] | None = None) -> Any:
     """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order, at most
     `caps` per task (its part of the run's rate caps; the seconds they held the reads back are added to the Spark
-    accumulator `held_back`). Partitions of `ttl_topics` (a message TTL on the source) are read with EntryGaps."""
+    accumulator `held_back`). Partitions of topics in `guards` are read with EntryGaps, with the topic's tolerance
+    (replication.check_source_readers)."""
     from datetime import UTC, datetime
 
     def rows(ranges: Iterable[WindowRange]) -> Iterator[tuple[Any, ...]]:
         limit = throttle(caps)
         client = spec.source_cluster.pulsar_client()
-        admin = spec.source_cluster.admin() if ttl_topics else None
+        admin = spec.source_cluster.admin() if guards else None
         try:
             for wr in ranges:
                 if wr.empty:
                     continue
                 namespace, topic = wr.local.split("/", 1)
-                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first) \
-                    if admin is not None and wr.base_topic in ttl_topics else None
+                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first, tolerance=guards[wr.base_topic]) \
+                    if admin is not None and guards and wr.base_topic in guards else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):
                     published = int(message.publish_timestamp())
@@ -106,7 +107,7 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
 
 
 def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, ranges: list[WindowRange],
-                 held_back: Any = None, ttl_topics: frozenset[str] = frozenset()) -> DataFrame:
+                 held_back: Any = None, guards: dict[str, int] | None = None) -> DataFrame:
     """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated).
     Partitions are read in a few tasks per Spark slot, each on one client: a task and a client per partition took
     the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""
@@ -114,7 +115,7 @@ def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, range
 
     slots = spark.sparkContext.defaultParallelism
     groups = task_groups([wr for wr in ranges if not wr.empty], slots)
-    read = read_window_rows(spec, window, task_caps(spec.copy_caps, len(groups), slots), held_back, ttl_topics)
+    read = read_window_rows(spec, window, task_caps(spec.copy_caps, len(groups), slots), held_back, guards)
     rdd = (spark.sparkContext.parallelize(groups, max(1, len(groups)))
            .mapPartitions(lambda tasks: read(wr for group in tasks for wr in group)))
     return spark.createDataFrame(rdd, archive_schema()).withColumn("digest", digest_column())

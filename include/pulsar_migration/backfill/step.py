@@ -88,12 +88,12 @@ def run_backfill(ctx: StepContext) -> None:
         # Archived from the same readers as a copy (the cluster sink checks inside replication.run).
         admin = ctx.spec.source_cluster.admin()
         try:
-            ttls = replication.check_source_readers(ctx.spec, admin, sorted({r.base_topic for r in ranges
-                                                                             if not r.empty}),
-                                                    ctx.report.details, dry_run=ctx.dry_run)
+            guards = replication.check_source_readers(ctx.spec, admin, sorted({r.base_topic for r in ranges
+                                                                               if not r.empty}),
+                                                      ctx.report.details, dry_run=ctx.dry_run)
         finally:
             admin.close()
-        _to_archive(ctx, window, ranges, frozenset(topic for topic, ttl in ttls.items() if ttl))
+        _to_archive(ctx, window, ranges, guards)
     else:
         _to_cluster(ctx, ranges)
 
@@ -119,7 +119,7 @@ def _to_cluster(ctx: StepContext, ranges: list[WindowRange]) -> None:
 
 
 def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
-                ttl_topics: frozenset[str] = frozenset()) -> None:
+                guards: dict[str, int] | None = None) -> None:
     from pyspark import StorageLevel
 
     archive = ctx.spec.archive_path
@@ -129,7 +129,7 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
     spark = ctx.spark
     held_back = spark.sparkContext.accumulator(0.0)  # seconds the rate cap held the reads back, over the tasks
     started = time.monotonic()
-    frame = arch.window_frame(spark, ctx.spec, window, ranges, held_back, ttl_topics).persist(
+    frame = arch.window_frame(spark, ctx.spec, window, ranges, held_back, guards or {}).persist(
         StorageLevel.MEMORY_AND_DISK)
     try:
         source = arch.partition_totals(frame)

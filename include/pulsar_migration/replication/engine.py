@@ -460,9 +460,10 @@ class EngineJob:
     resend_suffixes: dict[Position, str] = field(default_factory=dict)
     # The source's first stored entry, when a compaction kept messages from before it (partition.compacted_gap).
     compacted_before: Position | None = None
-    # The source partition's (ledger, entry count) when its message TTL is set (reading.EntryGaps): the engine
-    # reads again where its reader is moved past stored entries. None: no TTL, nothing watched.
+    # The source partition's (ledger, entry count) when the run started (reading.EntryGaps): the engine reads again
+    # where its reader is moved past more stored entries than `gap_tolerance`. None: nothing watched.
     ledgers: list[tuple[int, int]] | None = None
+    gap_tolerance: int = 0
 
 
 class EngineProcess:
@@ -535,6 +536,7 @@ class EngineProcess:
                             "resume_after": _pair(j.resume_after), "upper": _pair(j.upper),
                             "compacted_before": _pair(j.compacted_before),
                             "ledgers": [list(pair) for pair in j.ledgers] if j.ledgers is not None else None,
+                            "gap_tolerance": j.gap_tolerance,
                             "scan": j.rows_file is not None, "scan_after": _pair(j.scan_after),
                             "rows_file": j.rows_file, "receiver_queue": j.receiver_queue,
                             "keep_identity": j.keep_identity,

@@ -87,9 +87,9 @@ class PartitionJob:
     average_message_bytes: float | None = None
     # Whether the source partition has a compaction cursor (its stats list COMPACTION_CURSOR; None: not read).
     compacted: bool | None = None
-    # The source topic's message TTL in seconds (source_ttl; 0 none, -1 unknown): not 0, its readers watch for
-    # being moved past stored entries (reading.EntryGaps).
-    message_ttl_s: int = 0
+    # Stored entries the source's readers may pass over before they read again (reading.EntryGaps, source_ttl's
+    # tolerance); None: no guard (the cutover's deltas and small driver deltas: recent entries, clients held).
+    gap_tolerance: int | None = None
 
     @property
     def base_topic(self) -> str:
@@ -783,7 +783,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     compacted = compacted_from_stats(stats)
                 after = job.map_end[1] if job.map_end else None
                 gap = compacted_gap(active.src_admin, job.topic, after, compacted=compacted)
-                ledgers = ledger_entries(active.src_admin, job.topic) if job.message_ttl_s else None
+                ledgers = ledger_entries(active.src_admin, job.topic) if job.gap_tolerance is not None else None
                 resume = resume_point(task, mark=True)
                 todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap,
                                    ledgers)
@@ -803,7 +803,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
                       receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes,
-                      compacted_before=gap, ledgers=ledgers)
+                      compacted_before=gap, ledgers=ledgers, gap_tolerance=job.gap_tolerance or 0)
             for job, resume, queue, suffixes, gap, ledgers in todo.values() if job.upper is not None]
     try:
         results, timings = process.run_round(work) if shared_process else process.run(work)
@@ -969,7 +969,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         task.map_source, lambda: ledger_entries(src_admin, job.topic))
     try:
         if job.upper is not None:
-            gaps = EntryGaps(ledger_entries(src_admin, job.topic)) if job.message_ttl_s else None
+            gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=job.gap_tolerance) \
+                if job.gap_tolerance is not None else None
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable, gaps=gaps)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):

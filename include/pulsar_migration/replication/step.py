@@ -119,9 +119,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
         if not jobs:
             return
         if snapshot is None and not in_driver:  # not the cutover's deltas: they hold the tenant's clients
-            ttls = check_source_readers(spec, src_admin, sorted({job.base_topic for job in jobs}), report.details,
-                                        dry_run=ctx.dry_run, ttls=spec.replication_mode == "copy")
-            jobs = [replace(job, message_ttl_s=ttls.get(job.base_topic, 0)) for job in jobs]
+            guards = check_source_readers(spec, src_admin, sorted({job.base_topic for job in jobs}),
+                                          report.details, dry_run=ctx.dry_run, ttls=spec.replication_mode == "copy")
+            if spec.replication_mode == "copy":  # geo reads nothing to copy: Pulsar's replicator does
+                jobs = [replace(job, gap_tolerance=guards.get(job.base_topic, source_ttl.MARKER_TOLERANCE))
+                        for job in jobs]
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
             started = time.monotonic()
@@ -222,13 +224,16 @@ def check_source_readers(spec: MigrationSpec, admin: PulsarAdmin, topics: list[s
                          dry_run: bool, ttls: bool = True) -> dict[str, int]:
     """What the source's brokers do to the step's readers, checked once per run (copy and geo runs, both backfill
     sinks): entry filters (entry_filters.check: refused unless trusted) and, when `ttls` (the copy's readers; geo's
-    replicator is Pulsar's), each topic's message TTL, returned: those partitions are read with EntryGaps."""
+    replicator is Pulsar's), each topic's message TTL and what may move its readers: returned, each topic's gap
+    tolerance (source_ttl.reader_guards), its partitions read with EntryGaps."""
     entry_filters.check(spec, admin, topics, details, dry_run=dry_run)
     if not ttls:
         return {}
-    found = source_ttl.applied_ttls(admin, topics, spec.admin_concurrency)
-    details["message_ttl_topics"] = sum(1 for ttl in found.values() if ttl)
-    return found
+    found = source_ttl.reader_guards(admin, topics, spec.admin_concurrency)
+    details["message_ttl_topics"] = sum(1 for ttl, _ in found.values() if ttl)
+    details["reader_gap_tolerance"] = {str(tolerance): sum(1 for _, t in found.values() if t == tolerance)
+                                       for tolerance in sorted({t for _, t in found.values()})}
+    return {topic: tolerance for topic, (_, tolerance) in found.items()}
 
 
 def check_trim(details: dict[str, Any], admin: PulsarAdmin, jobs: list[PartitionJob], ends: dict[str, posmap.MapEnd],

@@ -572,8 +572,10 @@ public final class EntryCopy {
     final long[] compactedBefore;
     long compactedMessages;  // messages copyCompacted read
     long rereads;  // readings again after the reader was moved past stored entries (Gaps)
-    // The source partition's [ledger, entries] when its message TTL is set (Gaps), else null.
+    // The source partition's [ledger, entries] when the run started (Gaps), else null: nothing watched.
     final long[][] ledgers;
+    // Stored entries the reader may pass over without reading again (a marker's entry; source_ttl).
+    final int gapTolerance;
     // The cutover's final delta: every entry goes under its source producer's name with its source sequence ids, so
     // the target's deduplication knows each client's last sequence id as the source did when the client comes back
     // there and sends again what the source stored but never acknowledged.
@@ -605,6 +607,7 @@ public final class EntryCopy {
                 this.ledgers[i] = new long[] {ledgerList.get(i).get(0).asLong(), ledgerList.get(i).get(1).asLong()};
             }
         }
+        this.gapTolerance = job.path("gap_tolerance").asInt(0);
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         String token = System.getenv("PM_SOURCE_TOKEN");
@@ -699,7 +702,7 @@ public final class EntryCopy {
             return;
         }
         long[] from = copyCompacted(src, tgt);
-        Gaps gaps = ledgers == null ? null : new Gaps(ledgers);
+        Gaps gaps = ledgers == null ? null : new Gaps(ledgers, gapTolerance);
         try {
             while (true) {
                 long[][] taken = {from};
@@ -723,7 +726,8 @@ public final class EntryCopy {
                 }
                 System.err.println("EntryCopy: " + topic + ": the reader was moved past stored entries after "
                         + (taken[0] == null ? "the start" : taken[0][0] + ":" + taken[0][1])
-                        + " (a message TTL expiring its cursor?); reading again from there");
+                        + " (a message TTL or an expiry of every subscription moving its cursor?); reading again "
+                        + "from there");
                 from = taken[0];
             }
             drain();
@@ -876,11 +880,30 @@ public final class EntryCopy {
      */
     final class Gaps {
         final long[][] ledgers;  // [ledger, entries] when the run started: the range ends inside them
+        final int tolerance;  // stored entries passed over that are let go (a marker's: source_ttl)
         long[] confirmedFrom;
         long[] confirmedTo;
 
-        Gaps(long[][] ledgers) {
+        Gaps(long[][] ledgers, int tolerance) {
             this.ledgers = ledgers;
+            this.tolerance = tolerance;
+        }
+
+        /** How many stored entries lie after `last` (from the first stored one for null) and before (ledger, entry). */
+        long storedBetween(long[] last, long ledger, long entry) {
+            long count = 0;
+            for (long[] known : ledgers) {
+                if (known[1] <= 0 || last != null && known[0] < last[0]) {
+                    continue;
+                }
+                if (known[0] > ledger) {
+                    break;
+                }
+                long from = last != null && known[0] == last[0] ? last[1] + 1 : 0;
+                long to = known[0] == ledger ? Math.min(entry, known[1]) : known[1];
+                count += Math.max(0, to - from);
+            }
+            return count;
         }
 
         /** The entry stored next after `last` (the first stored one for null); null past the ledgers known. */
@@ -907,6 +930,9 @@ public final class EntryCopy {
             }
             if (java.util.Arrays.equals(confirmedFrom, last) && confirmedTo != null
                     && confirmedTo[0] == ledger && confirmedTo[1] == entry) {
+                return true;
+            }
+            if (tolerance > 0 && storedBetween(last, ledger, entry) <= tolerance) {
                 return true;
             }
             confirmedFrom = last;
