@@ -401,7 +401,8 @@ public final class GapsProbe {
         EntryCopy copy = new EntryCopy(json.readTree("{\\"target_name\\": \\"b\\", \\"source_name\\": \\"a\\", "
                 + "\\"max_in_flight\\": 10, \\"source\\": {\\"admin_url\\": \\"http://127.0.0.1:1\\"}}"),
                 json.readTree("{\\"topic\\": \\"persistent://t/ns/x\\", \\"base_topic\\": \\"persistent://t/ns/x\\", "
-                        + "\\"ledgers\\": [[10, 3], [11, 0], [12, 2], [14, 5]], \\"gap_tolerance\\": " + args[0] + "}"));
+                        + "\\"ledgers\\": [[10, 3], [11, 0], [12, 2], [14, 5]], "
+                        + "\\"gap_tolerance\\": " + args[0] + "}"));
         EntryCopy.Gaps gaps = copy.new Gaps(copy.ledgers, copy.gapTolerance);
         for (int i = 1; i + 3 < args.length; i += 4) {
             long[] last = Long.parseLong(args[i]) < 0 ? null

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pulsar_migration.backfill.window import Window, WindowRange
 from pulsar_migration.replication.content import schema_version_of
 from pulsar_migration.replication.reading import EntryGaps, read_range
-from pulsar_migration.replication.skipped import ledger_entries
+from pulsar_migration.replication.skipped import all_undeliverable, ledger_entries
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.throttle import Caps, throttle
 
@@ -82,7 +82,8 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                 if wr.empty:
                     continue
                 namespace, topic = wr.local.split("/", 1)
-                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first, tolerance=guards[wr.base_topic]) \
+                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first, tolerance=guards[wr.base_topic],
+                                 undeliverable=all_undeliverable(admin, wr.topic)) \
                     if admin is not None and guards and wr.base_topic in guards else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):

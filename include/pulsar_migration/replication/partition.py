@@ -44,7 +44,13 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
-from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
+from pulsar_migration.replication.skipped import (
+    SkippedEntries,
+    all_undeliverable,
+    begun_before,
+    ledger_entries,
+    undeliverable,
+)
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import Caps, Throttle, throttle
 
@@ -546,14 +552,8 @@ def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, up
     went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there."""
     if upper.ledger != after.ledger or not 0 < upper.entry - after.entry <= UNDELIVERABLE_LOOKUPS:
         return False
-    for entry in range(after.entry + 1, upper.entry + 1):
-        headers = admin.entry_headers(topic, upper.ledger, entry)
-        chunks, chunk = chunk_fields(headers)
-        first_chunks = chunks > 1 and chunk < chunks - 1
-        if ("X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true"
-                and not first_chunks):
-            return False
-    return True
+    return all(undeliverable(admin, topic, Position(upper.ledger, entry))
+               for entry in range(after.entry + 1, upper.entry + 1))
 
 
 def target_last(task: PartitionTask) -> Position | None:
@@ -969,7 +969,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         task.map_source, lambda: ledger_entries(src_admin, job.topic))
     try:
         if job.upper is not None:
-            gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=job.gap_tolerance) \
+            gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=job.gap_tolerance,
+                             undeliverable=all_undeliverable(src_admin, job.topic)) \
                 if job.gap_tolerance is not None else None
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable, gaps=gaps)
