@@ -119,17 +119,19 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
                 admin.delete(f"/tenants/{tenant}", params={"force": "true"})
 
 
+@pytest.mark.parametrize(("engine", "older", "newer", "rate"), [("java", 24_000, 6_000, 3_000),
+                                                                 ("python", 6_000, 2_000, 800)])
 def test_an_expiry_of_every_subscription_moves_the_copys_reader_on_any_topic_and_the_copy_reads_again(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, spark: SparkSession,
-    tmp_path: Path,
+    engine: str, older: int, newer: int, rate: int, cluster_a: LocalCluster, cluster_b: LocalCluster,
+    admin_a: PulsarAdmin, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
 ) -> None:
     """An operator's `topics expire-messages-all-subscriptions` (the admin call behind it) expires the copy's
     reader with the subscriptions, on a topic without a TTL: the copy had a hole with verdict ok (12,500 of 30,000
     messages through the engine, 3,200 of 8,000 through the Python path, before the guard covered every topic).
     The older half of a topic is expired in the middle of a capped copy; the target gets every message, in order,
-    while the source's own subscription shows the expiry did happen."""
-    older, newer, pause_s = 24_000, 6_000, 4.0
-    tenant = source_tenant(admin_a, cluster_a, unique("it-expire-all"))
+    while the source's own subscription shows the expiry did happen. Through the engine and the Python path."""
+    pause_s = 4.0
+    tenant = source_tenant(admin_a, cluster_a, unique(f"it-expire-all-{engine}"))
     topic = f"persistent://{tenant}/ns/t"
     admin_a.put(admin_a.topic_path(topic))
     admin_a.put(f"{admin_a.topic_path(topic)}/subscription/app", {"entryId": 0, "ledgerId": 0})  # at the earliest
@@ -148,7 +150,7 @@ def test_an_expiry_of_every_subscription_moves_the_copys_reader_on_any_topic_and
         finally:
             c.close()
         spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
-                          options={"copy_max_msgs_per_s": 3_000})
+                          options={"copy_engine": engine, "copy_max_msgs_per_s": rate})
         run_dir = tmp_path / "run"
         assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
 

@@ -54,15 +54,3 @@ def test_a_tolerance_lets_a_markers_entry_go_and_reads_again_past_it() -> None:
     assert not gaps.follows(Position(10, 1), Position(12, 1))  # 10:2 and 12:0: two, read again
     assert gaps.rereads == 1
 
-
-def test_entries_passed_over_that_no_reader_is_given_are_let_go_after_a_look() -> None:
-    """The Python client holds a chunk until its message's last: a reader started again between two chunks would
-    never get that message, so chunks (and markers, aborted messages) passed over are looked up, not read again."""
-    asked: list[list[Position]] = []
-    held = {Position(10, 1), Position(12, 0)}
-    gaps = EntryGaps(LEDGERS, undeliverable=lambda between: asked.append(between) or set(between) <= held)
-    assert gaps.follows(Position(10, 0), Position(10, 2))  # 10:1, a chunk held
-    assert not gaps.follows(Position(10, 0), Position(12, 1))  # 10:2 is not one: read again
-    assert asked == [[Position(10, 1)], [Position(10, 1), Position(10, 2), Position(12, 0)]]
-    assert gaps.rereads == 1
-    assert gaps.positions_between(Position(10, 0), Position(14, 4), 3) is None  # more than the limit: not asked

@@ -5,7 +5,15 @@ tests/integration/test_source_ttl.py."""
 from __future__ import annotations
 
 from pulsar_migration.admin import RUNTIME_CONFIGURATION, AdminError
-from pulsar_migration.replication.source_ttl import MARKER_TOLERANCE, STRICT, UNKNOWN, applied_ttls, reader_guards
+from pulsar_migration.replication.source_ttl import (
+    CLIENT_TOLERANCE,
+    MARKER_TOLERANCE,
+    STRICT,
+    UNKNOWN,
+    applied_ttls,
+    client_gap_tolerance,
+    reader_guards,
+)
 
 from tests.unit.answering_admin import AnsweringAdmin
 
@@ -72,3 +80,9 @@ def test_readers_are_watched_strictly_where_no_marker_can_be_stored() -> None:
     unknown = AnsweringAdmin({RUNTIME_CONFIGURATION: AdminError("HTTP 403", 403), **answers})
     # An unknown TTL is read as one: strict.
     assert reader_guards(unknown, topics[:1], 2) == {"persistent://t/local/a": (UNKNOWN, STRICT)}  # type: ignore[arg-type]
+
+
+def test_the_python_clients_readers_let_a_run_of_chunks_go_where_no_ttl_is_set() -> None:
+    assert client_gap_tolerance((60, STRICT)) == STRICT  # a TTL expires single entries: strict, as the engine
+    assert client_gap_tolerance((UNKNOWN, STRICT)) == STRICT
+    assert client_gap_tolerance((0, STRICT)) == CLIENT_TOLERANCE == client_gap_tolerance((0, MARKER_TOLERANCE))

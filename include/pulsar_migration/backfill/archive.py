@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pulsar_migration.backfill.window import Window, WindowRange
 from pulsar_migration.replication.content import schema_version_of
 from pulsar_migration.replication.reading import EntryGaps, read_range
-from pulsar_migration.replication.skipped import all_undeliverable, ledger_entries
+from pulsar_migration.replication.skipped import ledger_entries
+from pulsar_migration.replication.source_ttl import client_gap_tolerance
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.throttle import Caps, throttle
 
@@ -66,11 +67,11 @@ def digest_column() -> Column:
 
 
 def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = None, held_back: Any = None,
-                     guards: dict[str, int] | None = None) -> Any:
+                     guards: dict[str, tuple[int, int]] | None = None) -> Any:
     """mapPartitions function: WindowRange -> archive rows (tuples in archive_schema order), read in order, at most
     `caps` per task (its part of the run's rate caps; the seconds they held the reads back are added to the Spark
-    accumulator `held_back`). Partitions of topics in `guards` are read with EntryGaps, with the topic's tolerance
-    (replication.check_source_readers)."""
+    accumulator `held_back`). Partitions of topics in `guards` (message TTL, gap tolerance: replication.
+    check_source_readers) are read with EntryGaps."""
     from datetime import UTC, datetime
 
     def rows(ranges: Iterable[WindowRange]) -> Iterator[tuple[Any, ...]]:
@@ -82,8 +83,8 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                 if wr.empty:
                     continue
                 namespace, topic = wr.local.split("/", 1)
-                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first, tolerance=guards[wr.base_topic],
-                                 undeliverable=all_undeliverable(admin, wr.topic)) \
+                gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first,
+                                 tolerance=client_gap_tolerance(guards[wr.base_topic])) \
                     if admin is not None and guards and wr.base_topic in guards else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):
@@ -108,7 +109,7 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
 
 
 def window_frame(spark: SparkSession, spec: MigrationSpec, window: Window, ranges: list[WindowRange],
-                 held_back: Any = None, guards: dict[str, int] | None = None) -> DataFrame:
+                 held_back: Any = None, guards: dict[str, tuple[int, int]] | None = None) -> DataFrame:
     """The window's messages as archive rows with their digest (lazy: reading happens when it is evaluated).
     Partitions are read in a few tasks per Spark slot, each on one client: a task and a client per partition took
     the reads of a 300-topic window from 2-9 s to 20-39 s. The archive's order comes from its sort, not the reads."""

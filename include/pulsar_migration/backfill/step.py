@@ -119,7 +119,7 @@ def _to_cluster(ctx: StepContext, ranges: list[WindowRange]) -> None:
 
 
 def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
-                guards: dict[str, int] | None = None) -> None:
+                guards: dict[str, tuple[int, int]] | None = None) -> None:
     from pyspark import StorageLevel
 
     archive = ctx.spec.archive_path

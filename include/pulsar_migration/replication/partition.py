@@ -44,13 +44,8 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
-from pulsar_migration.replication.skipped import (
-    SkippedEntries,
-    all_undeliverable,
-    begun_before,
-    ledger_entries,
-    undeliverable,
-)
+from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries, undeliverable
+from pulsar_migration.replication.source_ttl import client_gap_tolerance
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import Caps, Throttle, throttle
 
@@ -93,9 +88,9 @@ class PartitionJob:
     average_message_bytes: float | None = None
     # Whether the source partition has a compaction cursor (its stats list COMPACTION_CURSOR; None: not read).
     compacted: bool | None = None
-    # Stored entries the source's readers may pass over before they read again (reading.EntryGaps, source_ttl's
-    # tolerance); None: no guard (the cutover's deltas and small driver deltas: recent entries, clients held).
-    gap_tolerance: int | None = None
+    # The source topic's (message TTL, gap tolerance) for its readers' guard (reading.EntryGaps; source_ttl); None: no
+    # guard (the cutover's deltas and small driver deltas: recent entries, clients held).
+    reader_guard: tuple[int, int] | None = None
 
     @property
     def base_topic(self) -> str:
@@ -783,7 +778,7 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
                     compacted = compacted_from_stats(stats)
                 after = job.map_end[1] if job.map_end else None
                 gap = compacted_gap(active.src_admin, job.topic, after, compacted=compacted)
-                ledgers = ledger_entries(active.src_admin, job.topic) if job.gap_tolerance is not None else None
+                ledgers = ledger_entries(active.src_admin, job.topic) if job.reader_guard is not None else None
                 resume = resume_point(task, mark=True)
                 todo[job.topic] = (job, resume, receiver_queue_for(average), dict(task.resend_suffixes), gap,
                                    ledgers)
@@ -803,7 +798,8 @@ def engine_phase(spec: MigrationSpec, jobs: list[PartitionJob], max_in_flight: i
     work = [EngineJob(job.topic, job.base_topic, job.map_end[1] if job.map_end else None, resume, job.upper,
                       scan_after=job.map_end[0] if job.map_end else None, rows_file=rows_files.get(job.topic),
                       receiver_queue=queue, keep_identity=job.keep_identity, resend_suffixes=suffixes,
-                      compacted_before=gap, ledgers=ledgers, gap_tolerance=job.gap_tolerance or 0)
+                      compacted_before=gap, ledgers=ledgers,
+                      gap_tolerance=job.reader_guard[1] if job.reader_guard is not None else 0)
             for job, resume, queue, suffixes, gap, ledgers in todo.values() if job.upper is not None]
     try:
         results, timings = process.run_round(work) if shared_process else process.run(work)
@@ -969,9 +965,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         task.map_source, lambda: ledger_entries(src_admin, job.topic))
     try:
         if job.upper is not None:
-            gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=job.gap_tolerance,
-                             undeliverable=all_undeliverable(src_admin, job.topic)) \
-                if job.gap_tolerance is not None else None
+            gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=client_gap_tolerance(job.reader_guard)) \
+                if job.reader_guard is not None else None
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable, gaps=gaps)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):

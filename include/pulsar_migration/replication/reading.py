@@ -28,9 +28,6 @@ class ReadError(RuntimeError):
     """Reading a partition failed; the message is one line naming the topic."""
 
 
-UNDELIVERABLE_LOOKUPS = 64  # entries passed over looked up one by one at most before reading again
-
-
 @dataclass
 class EntryGaps:
     """Catches a reader moved past stored entries under the copy. A source with a message TTL expires every
@@ -88,17 +85,6 @@ class EntryGaps:
             count += max(0, end - begin)
         return count
 
-    def positions_between(self, last: Position | None, position: Position, limit: int) -> list[Position] | None:
-        """The stored entries `stored_between` counts, None when there are more than `limit`."""
-        if self.stored_between(last, position) > limit:
-            return None
-        found: list[Position] = []
-        at = self.stored_after(last)
-        while at is not None and at < position:
-            found.append(at)
-            at = self.stored_after(at)
-        return found
-
     def follows(self, last: Position | None, position: Position) -> bool:
         """Whether the entry at `position` may be taken after `last`; False: read again from `last` (counted)."""
         expected = self.stored_after(last)
@@ -106,10 +92,6 @@ class EntryGaps:
             return True
         if self.tolerance and self.stored_between(last, position) <= self.tolerance:
             return True
-        if self.undeliverable is not None:
-            between = self.positions_between(last, position, UNDELIVERABLE_LOOKUPS)
-            if between is not None and self.undeliverable(between):
-                return True
         log.warning("reader moved past stored entries: %s came after %s where %s is stored (a message TTL or an "
                     "expiry of every subscription moving the reader's cursor?); reading again from there",
                     position, last, expected)

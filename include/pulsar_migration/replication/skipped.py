@@ -85,11 +85,6 @@ def undeliverable(admin: PulsarAdmin, topic: str, position: Position) -> bool:
             or (chunks > 1 and chunk < chunks - 1))
 
 
-def all_undeliverable(admin: PulsarAdmin, topic: str) -> Callable[[list[Position]], bool]:
-    """reading.EntryGaps' `undeliverable` for the Python client's readers of `topic`."""
-    return lambda positions: all(undeliverable(admin, topic, p) for p in positions)
-
-
 def ledger_entries(admin: PulsarAdmin, topic: str) -> list[tuple[int, int]]:
     """The partition's ledgers and their entry counts (the open ledger's so far), from its internal stats."""
     return ledger_sizes(admin.get(f"{admin.topic_path(topic)}/internalStats"))

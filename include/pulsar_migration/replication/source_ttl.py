@@ -24,6 +24,19 @@ log = logging.getLogger(__name__)
 UNKNOWN = -1  # the TTL could not be read: the partition is read as if one were set
 STRICT = 0  # stored entries a reader may pass over without being read again
 MARKER_TOLERANCE = 1  # where markers can be stored: one, a marker's entry
+# The Python client's readers (Python path, archive) on topics without a TTL: a chunk the client holds until its
+# message's last chunk is passed over like a skipped entry, and a reader started again between two chunks of a
+# message never gets that message; so only jumps past more entries than this are read again there (an operator's
+# expiry moves a reader by the backlog it expires). Looking the entries up is no way out: the broker's entry
+# endpoint never answers for a chunk of a compressed chunked message (4.0.8 fails decompressing it in a callback).
+CLIENT_TOLERANCE = 64
+
+
+def client_gap_tolerance(guard: tuple[int, int]) -> int:
+    """The gap tolerance of the Python client's readers for a topic's (message TTL, gap tolerance): strict as the
+    engine where a TTL moves readers by single expired entries, else at least CLIENT_TOLERANCE."""
+    ttl, tolerance = guard
+    return tolerance if ttl else max(tolerance, CLIENT_TOLERANCE)
 
 
 def applied_ttls(admin: PulsarAdmin, topics: list[str], concurrency: int) -> dict[str, int]:

@@ -122,7 +122,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
             guards = check_source_readers(spec, src_admin, sorted({job.base_topic for job in jobs}),
                                           report.details, dry_run=ctx.dry_run, ttls=spec.replication_mode == "copy")
             if spec.replication_mode == "copy":  # geo reads nothing to copy: Pulsar's replicator does
-                jobs = [replace(job, gap_tolerance=guards.get(job.base_topic, source_ttl.MARKER_TOLERANCE))
+                jobs = [replace(job, reader_guard=guards.get(job.base_topic, (0, source_ttl.MARKER_TOLERANCE)))
                         for job in jobs]
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
         if not ctx.dry_run:
@@ -221,11 +221,11 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
 
 
 def check_source_readers(spec: MigrationSpec, admin: PulsarAdmin, topics: list[str], details: dict[str, Any], *,
-                         dry_run: bool, ttls: bool = True) -> dict[str, int]:
+                         dry_run: bool, ttls: bool = True) -> dict[str, tuple[int, int]]:
     """What the source's brokers do to the step's readers, checked once per run (copy and geo runs, both backfill
     sinks): entry filters (entry_filters.check: refused unless trusted) and, when `ttls` (the copy's readers; geo's
-    replicator is Pulsar's), each topic's message TTL and what may move its readers: returned, each topic's gap
-    tolerance (source_ttl.reader_guards), its partitions read with EntryGaps."""
+    replicator is Pulsar's), each topic's message TTL and what may move its readers: returned, each topic's (message
+    TTL, gap tolerance) (source_ttl.reader_guards), its partitions read with EntryGaps."""
     entry_filters.check(spec, admin, topics, details, dry_run=dry_run)
     if not ttls:
         return {}
@@ -233,7 +233,7 @@ def check_source_readers(spec: MigrationSpec, admin: PulsarAdmin, topics: list[s
     details["message_ttl_topics"] = sum(1 for ttl, _ in found.values() if ttl)
     details["reader_gap_tolerance"] = {str(tolerance): sum(1 for _, t in found.values() if t == tolerance)
                                        for tolerance in sorted({t for _, t in found.values()})}
-    return {topic: tolerance for topic, (_, tolerance) in found.items()}
+    return found
 
 
 def check_trim(details: dict[str, Any], admin: PulsarAdmin, jobs: list[PartitionJob], ends: dict[str, posmap.MapEnd],
