@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import AdminError, PulsarAdmin
 
 from localdev import airflow_local, lookup_local, pulsar_local
 from localdev.demo_tenant import build_rich_tenant
@@ -135,12 +135,32 @@ def write_task_times(api: AirflowApi, run: dict[str, Any]) -> dict[str, Any]:
     return times
 
 
+def delete_tenant(admin: PulsarAdmin, tenant: str, timeout_s: float = 120) -> None:
+    """Force-deletes `tenant` with everything in it, again while the broker answers that topics are still going
+    (HTTP 409/412 right after their deletion)."""
+    deadline = time.monotonic() + timeout_s
+    while tenant in admin.get("/tenants"):
+        try:
+            admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        except AdminError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def run_demo(tenant: str) -> int:
     clusters = pulsar_local.start()
     source, target = clusters[0], clusters[1]
     airflow_local.start()
     lookup_url = lookup_local.start()
     admin_a, admin_b = source.admin(timeout_s=30), target.admin(timeout_s=30)
+    if tenant in admin_b.get("/tenants"):
+        # An earlier demo moved it: its clients then wrote on the target, which this run's copy rightly refuses to
+        # copy over. The demo's tenant is the demo's own: it starts again on both clusters.
+        log.info("tenant %s already moved to %s by an earlier demo: deleting it on both clusters to start again",
+                 tenant, target.name)
+        for admin in (admin_b, admin_a):
+            delete_tenant(admin, tenant)
     if tenant in admin_a.get("/tenants"):
         log.info("tenant %s already on %s: migrating it as it is", tenant, source.name)
     else:
