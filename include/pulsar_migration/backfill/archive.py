@@ -85,7 +85,7 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                 namespace, topic = wr.local.split("/", 1)
                 gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first,
                                  tolerance=client_gap_tolerance(guards[wr.base_topic])) \
-                    if admin is not None and guards and wr.base_topic in guards else None
+                    if admin is not None and wr.base_topic in guards else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):
                     published = int(message.publish_timestamp())

@@ -44,7 +44,7 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
-from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries, undeliverable
+from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
 from pulsar_migration.replication.source_ttl import client_gap_tolerance
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import Caps, Throttle, throttle
@@ -547,8 +547,14 @@ def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, up
     went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there."""
     if upper.ledger != after.ledger or not 0 < upper.entry - after.entry <= UNDELIVERABLE_LOOKUPS:
         return False
-    return all(undeliverable(admin, topic, Position(upper.ledger, entry))
-               for entry in range(after.entry + 1, upper.entry + 1))
+    for entry in range(after.entry + 1, upper.entry + 1):
+        headers = admin.entry_headers(topic, upper.ledger, entry)
+        chunks, chunk = chunk_fields(headers)
+        first_chunks = chunks > 1 and chunk < chunks - 1
+        if ("X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true"
+                and not first_chunks):
+            return False
+    return True
 
 
 def target_last(task: PartitionTask) -> Position | None:

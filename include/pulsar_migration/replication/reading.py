@@ -49,10 +49,6 @@ class EntryGaps:
     ledgers: list[tuple[int, int]]
     first: Position | None = None  # where a range read from its start begins (None: the first stored entry)
     tolerance: int = 0
-    # Whether the stored entries passed over are all ones no reader is given on their own (looked up, e.g. a chunk
-    # the client holds until its message's last): then they are let go. A reader started again between two chunks
-    # of a message never gets that message, so the Python client's readers must not read again there.
-    undeliverable: Callable[[list[Position]], bool] | None = None
     rereads: int = 0
     confirmed: tuple[Position | None, Position] | None = None
 

@@ -76,15 +76,6 @@ class SkippedEntries:
         self.positions.extend(Position(ledger, entry) for entry in range(start, stop))
 
 
-def undeliverable(admin: PulsarAdmin, topic: str, position: Position) -> bool:
-    """Whether no consumer is given the stored entry on its own: a transaction marker, a message of an aborted
-    transaction, or a chunk before a message's last (one admin read of the entry's headers)."""
-    headers = admin.entry_headers(topic, position.ledger, position.entry)
-    chunks, chunk = chunk_fields(headers)
-    return ("X-Pulsar-marker-type" in headers or headers.get("X-Pulsar-txn-aborted") == "true"
-            or (chunks > 1 and chunk < chunks - 1))
-
-
 def ledger_entries(admin: PulsarAdmin, topic: str) -> list[tuple[int, int]]:
     """The partition's ledgers and their entry counts (the open ledger's so far), from its internal stats."""
     return ledger_sizes(admin.get(f"{admin.topic_path(topic)}/internalStats"))
