@@ -36,6 +36,9 @@ RECOVERING_LEDGER_MARKERS = (b"Error while recovering ledger", b"Error while ope
 # 7,086 calls): asked again for up to RECOVERING_LEDGER_WAIT_S, like a ledger still recovering. The broker did
 # nothing for such a call, so a write is safe to send again too.
 TRANSIENT_ANSWERS = ((500, RECOVERING_LEDGER_MARKERS), (412, (b"Can't find owner",)))
+# An entry's metadata read answers within milliseconds, or never (EntryUnanswered): waiting the general timeout
+# and its retries took about 3 minutes a lookup before the run failed as "cluster unreachable".
+ENTRY_ANSWER_S = 5.0
 
 
 class AdminError(RuntimeError):
@@ -49,6 +52,13 @@ class AdminError(RuntimeError):
 
 class ClusterUnreachable(AdminError):
     """No HTTP answer from the admin URL (connection refused, DNS, timeout)."""
+
+
+class EntryUnanswered(AdminError):
+    """The broker answers other calls but not the read of one stored entry's metadata within ENTRY_ANSWER_S.
+    Pulsar 4.0.8 never answers `GET .../ledger/{l}/entry/{e}` for a chunk of a compressed chunked message (it
+    fails decompressing the chunk inside a callback and leaves the request open): what the entry holds is
+    unknown, not missing."""
 
 
 class AuthRejected(AdminError):
@@ -145,7 +155,9 @@ class PulsarAdmin:
         self.retries = retries
         self._tls = tls
         self._getter: KeepAliveGetter | None = None
+        self._entry_getter: KeepAliveGetter | None = None
         self._getter_lock = threading.Lock()
+        self._unanswered: set[tuple[str, int, int]] = set()  # entries asked for in vain: not asked again
         self._session = requests.Session()
         # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
         # alive instead of the default 10, which would reconnect on every call beyond that.
@@ -161,8 +173,9 @@ class PulsarAdmin:
 
     def close(self) -> None:
         self._session.close()
-        if self._getter is not None:
-            self._getter.close()
+        for getter in (self._getter, self._entry_getter):
+            if getter is not None:
+                getter.close()
 
     # -- transport -------------------------------------------------------------------------------
 
@@ -262,24 +275,43 @@ class PulsarAdmin:
         return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
 
     def entry_headers(self, topic: str, ledger: int, entry: int) -> dict[str, str]:
-        """The `X-Pulsar-*` metadata headers of one stored entry (one broker read of the entry)."""
+        """The `X-Pulsar-*` metadata headers of one stored entry (one broker read of the entry). EntryUnanswered
+        when no answer comes within ENTRY_ANSWER_S while the broker answers for the topic otherwise."""
+        key = (topic, ledger, entry)
+        if key in self._unanswered:
+            raise self._unanswered_error(key)
         path = f"/admin/v2{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
-        answer = self._kept_alive().get(path)
-        # No answer or an error status: the full path retries and raises the typed error.
-        headers = answer[1] if answer is not None else self.request("GET", path, raw_response=True).headers
+        answer = self._kept_alive(entries=True).send("GET", path)
+        if answer is None:  # no answer at all: a broker down, or one that never answers for this entry
+            self.last_message_id(topic)  # ClusterUnreachable (after the usual retries) when it is the broker
+            self._unanswered.add(key)
+            raise self._unanswered_error(key)
+        # An error status: the full path retries and raises the typed error.
+        headers = answer[1] if answer[0] < 300 else self.request("GET", path, raw_response=True).headers
         return {k: v for k, v in headers.items() if k.lower().startswith("x-pulsar-")}
 
-    def _kept_alive(self) -> KeepAliveGetter:
+    def _unanswered_error(self, key: tuple[str, int, int]) -> EntryUnanswered:
+        topic, ledger, entry = key
+        return EntryUnanswered(
+            f"cluster {self.name} does not show entry {ledger}:{entry} of {topic} within {ENTRY_ANSWER_S:.0f}s while "
+            "it answers for the topic (Pulsar 4.0 never shows a chunk of a compressed chunked message)", None,
+            f"{topic}@{ledger}:{entry}")
+
+    def _kept_alive(self, *, entries: bool = False) -> KeepAliveGetter:
         with self._getter_lock:
+            if entries:
+                if self._entry_getter is None:
+                    self._entry_getter = self._new_getter(ENTRY_ANSWER_S)
+                return self._entry_getter
             if self._getter is None:
-                self._getter = self._new_getter()
+                self._getter = self._new_getter(self.timeout_s)
             return self._getter
 
-    def _new_getter(self) -> KeepAliveGetter:
+    def _new_getter(self, timeout_s: float) -> KeepAliveGetter:
         tls = self._tls or TlsSettings()
         context = tls_context(tls.verify, tls.cert_file, tls.key_file) if self.admin_url.startswith("https:") else None
         auth = self._session.headers.get("Authorization")
-        return KeepAliveGetter(self.admin_url, {"Authorization": str(auth)} if auth else {}, self.timeout_s, context)
+        return KeepAliveGetter(self.admin_url, {"Authorization": str(auth)} if auth else {}, timeout_s, context)
 
     # -- clusters --------------------------------------------------------------------------------
 

@@ -82,8 +82,8 @@ class KeepAliveGetter:
         if content_type:
             headers["Content-Type"] = content_type
         # A kept-alive connection the server has since closed fails once: then one fresh connection is tried.
-        # A fresh connection that fails goes straight to the caller's full path (a hung broker would otherwise
-        # cost a second timeout before it).
+        # A fresh connection that fails, or a request not answered in time, goes straight to the caller's full
+        # path (a hung broker would otherwise cost a second timeout before it).
         while True:
             fresh = getattr(self._local, "conn", None) is None
             conn = self._connection()
@@ -94,7 +94,7 @@ class KeepAliveGetter:
             except (OSError, http.client.HTTPException) as exc:
                 log.debug("kept-alive %s %s: %s", method, path, type(exc).__name__)
                 self._drop(conn)
-                if fresh:
+                if fresh or isinstance(exc, TimeoutError):  # a server that did not answer: not a closed connection
                     return None
                 continue
             if resp.will_close:

@@ -4,12 +4,14 @@ token header sent, None for everything the admin client's full path must judge, 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from pulsar_migration.admin import NotFound, PulsarAdmin
+from pulsar_migration import admin as admin_module
+from pulsar_migration.admin import ClusterUnreachable, EntryUnanswered, NotFound, PulsarAdmin
 from pulsar_migration.keepalive_get import KeepAliveGetter
 
 
@@ -23,6 +25,11 @@ class Handler(BaseHTTPRequestHandler):
         Handler.auth_seen.append(self.headers.get("Authorization"))
         if self.path.endswith("/missing") or "/ledger/404/" in self.path:
             self._answer(404, b'{"reason": "Message not found"}')
+        elif self.path.endswith("/lastMessageId"):
+            self._answer(200, b'{"ledgerId": 7, "entryId": 1}')
+        elif "/ledger/7/entry/1" in self.path:
+            time.sleep(1.5)  # never in time (a broker's open request)
+            self._answer(200, b"late")
         elif self.path.endswith("/close"):
             self._answer(200, b"bye", close=True)
         else:
@@ -94,3 +101,25 @@ def test_the_admin_client_raises_its_typed_error_for_what_the_getter_leaves(serv
     with pytest.raises(NotFound, match=r"cluster-x.*HTTP 404: Message not found"):
         admin.entry_headers("persistent://t/ns/topic", 404, 0)
     admin.close()
+
+
+def test_an_entry_the_broker_never_answers_for_is_unanswered_once_and_not_asked_again(
+    server: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pulsar 4.0.8 leaves the read of a compressed chunk's entry open: 5 s (here 0.3 s), no retries, while the
+    broker answers for the topic; then not asked again. A broker that does not answer at all is unreachable."""
+    monkeypatch.setattr(admin_module, "ENTRY_ANSWER_S", 0.3)
+    admin = PulsarAdmin(server, name="cluster-x", retries=0)
+    started = time.monotonic()
+    with pytest.raises(EntryUnanswered, match=r"cluster-x does not show entry 7:1 of persistent://t/ns/topic"):
+        admin.entry_headers("persistent://t/ns/topic", 7, 1)
+    assert time.monotonic() - started < 3
+    asked = len(Handler.auth_seen)
+    with pytest.raises(EntryUnanswered):
+        admin.entry_headers("persistent://t/ns/topic", 7, 1)
+    assert len(Handler.auth_seen) == asked  # not asked again
+    assert admin.entry_headers("persistent://t/ns/topic", 7, 0)  # other entries are
+    admin.close()
+    down = PulsarAdmin("http://127.0.0.1:9", name="cluster-y", retries=0)
+    with pytest.raises(ClusterUnreachable):
+        down.entry_headers("persistent://t/ns/topic", 7, 1)

@@ -4,6 +4,7 @@ among them begun before the range (what the Python path's reader never delivers)
 from __future__ import annotations
 
 import pytest
+from pulsar_migration.admin import EntryUnanswered
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import skipped
 from pulsar_migration.replication.skipped import BegunBefore, SkippedEntries, begun_before
@@ -74,3 +75,48 @@ def test_a_message_with_later_chunks_and_no_first_in_the_range_is_named() -> Non
     assert admin.asked == passed.positions
     passed.positions = passed.positions[:2]
     assert begun_before(Headers(admin.chunks), "t", passed) is None  # type: ignore[arg-type]
+
+
+class Unanswered(Headers):
+    """As the broker answers for compressed chunks: never (EntryUnanswered)."""
+
+    def __init__(self, chunks: dict[Position, tuple[str, int, int]], unanswered: set[Position]) -> None:
+        super().__init__(chunks)
+        self.unanswered = unanswered
+
+    def entry_headers(self, topic: str, ledger: int, entry: int) -> dict[str, str]:
+        if Position(ledger, entry) in self.unanswered:
+            raise EntryUnanswered(f"no answer for {ledger}:{entry}")
+        return super().entry_headers(topic, ledger, entry)
+
+
+def test_an_entry_the_broker_does_not_show_is_a_delivered_messages_chunk_only_within_its_span() -> None:
+    p = Position
+    passed = SkippedEntries(p(1, 0), lambda: [])
+    passed.saw(p(1, 1))
+    passed.saw(p(1, 5), first_chunk=p(1, 2))  # a compressed chunked message: chunks 1:2..1:5, the last delivered
+    passed.finish(p(1, 5))
+    assert passed.positions == [p(1, 2), p(1, 3), p(1, 4)]
+    admin = Unanswered({}, {p(1, 2), p(1, 3), p(1, 4)})
+    assert begun_before(admin, "t", passed) is None  # type: ignore[arg-type]
+    # The same entries after the last delivered message: chunks of one begun before the range cannot be ruled out.
+    tail = SkippedEntries(p(1, 0), lambda: [])
+    tail.saw(p(1, 1))
+    tail.finish(p(1, 4))
+    with pytest.raises(EntryUnanswered, match="1:2"):
+        begun_before(admin, "t", tail)  # type: ignore[arg-type]
+    # A message named as begun before is named even so.
+    named = Unanswered({p(1, 4): ("late", 2, 3)}, {p(1, 2), p(1, 3)})
+    assert begun_before(named, "t", tail) == BegunBefore("late", p(1, 4))  # type: ignore[arg-type]
+
+
+def test_what_follows_a_place_is_unknown_unless_a_reader_stopped_there() -> None:
+    from pulsar_migration.replication.partition import only_undeliverable_after
+
+    p = Position
+    admin = Unanswered({p(1, 3): ("tail", 0, 4)}, {p(1, 4)})
+    with pytest.raises(EntryUnanswered):
+        only_undeliverable_after(admin, "t", p(1, 2), p(1, 4))  # type: ignore[arg-type]
+    assert only_undeliverable_after(admin, "t", p(1, 2), p(1, 4), reader_stopped=True)  # type: ignore[arg-type]
+    complete = Unanswered({p(1, 3): ("whole", 3, 4)}, {p(1, 4)})  # a last chunk: delivered, so not undeliverable
+    assert not only_undeliverable_after(complete, "t", p(1, 2), p(1, 4), reader_stopped=True)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
+from pulsar_migration.admin import AdminError, EntryUnanswered, NotFound, PulsarAdmin, seg
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError
 from pulsar_migration.replication import source_ttl
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
@@ -244,7 +244,10 @@ def _caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdm
     last = tgt_admin.last_entry(job.topic)
     status["target_last"] = str(last) if last else None
     if last is not None:
-        source = replicated_position(tgt_admin.entry_headers(job.topic, last.ledger, last.entry))
+        try:
+            source = replicated_position(tgt_admin.entry_headers(job.topic, last.ledger, last.entry))
+        except EntryUnanswered:  # a chunk of a compressed message: the replicator's own figures tell
+            source = None
         status["target_last_from"] = str(source) if source else None
         if source is not None and source >= job.upper:
             return True
@@ -550,6 +553,8 @@ def source_shortfall(admin: PulsarAdmin, job: PartitionJob, last: Position | Non
     assert job.upper is not None
     try:
         headers = admin.entry_headers(job.topic, job.upper.ledger, job.upper.entry)
+    except EntryUnanswered as exc:
+        return f"{job.topic}: reading the source stopped at {last}, before this run's bound {job.upper} ({exc})"
     except AdminError as exc:
         return (f"{job.topic}: the source no longer holds this run's range up to {job.upper} (read up to {last}): "
                 f"trimmed once replicated and consumed? give the namespace a retention policy ({exc})")

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import NotFound, PulsarAdmin, base_topic
+from pulsar_migration.admin import EntryUnanswered, NotFound, PulsarAdmin, base_topic
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import (
@@ -532,23 +532,41 @@ def unchanged_since_map(task: PartitionTask) -> bool:
     if not (job.target_exists and job.upper is not None and map_source is not None and task.map_target is not None
             and job.upper >= map_source and target_last(task) == task.map_target):
         return False
-    return job.upper == map_source or only_undeliverable_after(task.src_admin, job.topic, map_source, job.upper)
+    if job.upper == map_source:
+        return True
+    try:
+        return only_undeliverable_after(task.src_admin, job.topic, map_source, job.upper)
+    except EntryUnanswered as exc:  # e.g. a compressed message's chunk: the full path's reader tells
+        log.info("%s: cannot tell what follows %s: %s", job.topic, map_source, exc)
+        return False
 
 
 UNDELIVERABLE_LOOKUPS = 8  # entries looked up one by one at most (a transaction's tail holds one or two)
 
 
-def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, upper: Position) -> bool:
+def only_undeliverable_after(admin: PulsarAdmin, topic: str, after: Position, upper: Position, *,
+                             reader_stopped: bool = False) -> bool:
     """Whether every source entry in (after, upper] is one no consumer is given on its own: a transaction marker, a
     message of an aborted transaction, or a chunk before a message's last one (with no last chunk in the range,
     the chunks of a producer stopped inside a message, e.g. by the cutover's fence: it sends the message again
     whole wherever it reconnects). A short tail in one ledger, entry by entry through the admin API. A partition
     written in transactions ends in a marker when it is quiet, beyond the map's last entry: without this it
-    went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there."""
+    went the whole way every run, and the Python path (the cutover's final delta) waits out END_CONFIRM_S there.
+
+    An entry the broker does not show (EntryUnanswered: a chunk of a compressed chunked message) makes the answer
+    unknown (raised), unless `reader_stopped`: a reader was given nothing after `after` for END_CONFIRM_S, so the
+    entry is one no reader is given on its own (a complete message's chunks are delivered at its last)."""
     if upper.ledger != after.ledger or not 0 < upper.entry - after.entry <= UNDELIVERABLE_LOOKUPS:
         return False
     for entry in range(after.entry + 1, upper.entry + 1):
-        headers = admin.entry_headers(topic, upper.ledger, entry)
+        try:
+            headers = admin.entry_headers(topic, upper.ledger, entry)
+        except EntryUnanswered:
+            if not reader_stopped:
+                raise
+            log.info("%s: entry %d:%d, not delivered and not shown by the broker, is taken for a chunk of a "
+                     "compressed message whose last chunk is not stored", topic, upper.ledger, entry)
+            continue
         chunks, chunk = chunk_fields(headers)
         first_chunks = chunks > 1 and chunk < chunks - 1
         if ("X-Pulsar-marker-type" not in headers and headers.get("X-Pulsar-txn-aborted") != "true"
@@ -964,7 +982,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     # Whether only undeliverable source entries follow a place, looked up once: the reader asks where it ran dry
     # before the bound, the fenced delta's guard asks again where the read ended.
     rest_undeliverable = functools.cache(
-        lambda after: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after, job.upper))
+        lambda after, waited: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after,
+                                                                                 job.upper, reader_stopped=waited))
     progress = PartitionProgress(job, task.spec.progress_interval_s if task.spec else PROGRESS_INTERVAL_DEFAULT_S)
     # After a map's end, a chunked message begun before it is one the reader never delivers (replication.skipped).
     passed_over = None if task.map_source is None else SkippedEntries(
@@ -978,7 +997,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
                 if passed_over is not None:
-                    passed_over.saw(info.position)
+                    passed_over.saw(info.position, info.first_chunk)
                 size = message._message.length()
                 progress.read(size, info.position)
                 hash_message(source_hash, message, info, job.topic, src_admin.name, new_entry=info.batch_index <= 0)
@@ -1022,7 +1041,13 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
 def check_nothing_begun_before(admin: PulsarAdmin, topic: str, passed_over: SkippedEntries) -> None:
     """One line for a chunked message the Python path's reader skipped because it began before the range: left
     out of both sides' hashes, it would be lost with verdict ok."""
-    begun = begun_before(admin, topic, passed_over)
+    try:
+        begun = begun_before(admin, topic, passed_over)
+    except EntryUnanswered as exc:
+        raise ReadError(f"{topic} in cluster {admin.name}: the reader passed over entries it was not given whose "
+                        f"metadata the broker does not show ({exc}): whether one is a chunk of a message that began "
+                        "before this run's range, which the Python path's reader cannot read, is not known; the copy "
+                        "engine reads such chunks (options.copy_engine auto, with a JDK)") from exc
     if begun is not None:
         raise ReadError(f"{topic} in cluster {admin.name}: the chunked message {begun.uuid} (its chunks from "
                         f"{begun.position} on) began before this run's range: another producer's entries came between "
@@ -1081,7 +1106,7 @@ def check_source_intact(admin: PulsarAdmin, job: PartitionJob) -> dict[str, Any]
 
 
 def check_read_to_bound(job: PartitionJob, last_read: Position | None,
-                        rest_undeliverable: Callable[[Position], bool]) -> None:
+                        rest_undeliverable: Callable[[Position, bool], bool]) -> None:
     """The cutover's final delta must end at the source's end: clients move to the target after it. A reader stops
     short of the bound when the rest is not deliverable yet (messages behind an open transaction, which become
     deliverable when it ends) or when it took "no more" for the end (read_range's END_CONFIRM_S): either way what
@@ -1089,8 +1114,13 @@ def check_read_to_bound(job: PartitionJob, last_read: Position | None,
     message whose last chunk never came may be left (`rest_undeliverable`: only_undeliverable_after up to the bound)."""
     if job.upper is None or (last_read is not None and last_read >= job.upper):
         return
-    if last_read is not None and rest_undeliverable(last_read):
-        return
+    try:
+        # A read that ended before the bound without being told so waited END_CONFIRM_S for more (read_range).
+        if last_read is not None and rest_undeliverable(last_read, True):
+            return
+    except EntryUnanswered as exc:
+        raise ReadError(f"{job.topic}: the source read ended at {last_read}, before the source's end {job.upper}, "
+                        f"and what lies between is not known: {exc}") from exc
     raise ReadError(f"{job.topic}: the source read ended at {last_read or 'its start'}, before the source's end "
                     f"{job.upper}, and what lies between is not only transaction markers, aborted messages or "
                     "incomplete chunks (an open transaction holds messages back?): the final delta would leave them "

@@ -105,7 +105,7 @@ def chunk_fields(headers: dict[str, str]) -> tuple[int, int]:
 def read_range(client: Any, topic: str, after: Position | None, until: Position | None = None,
                *, inclusive_start: Position | None = None,
                expect_end: Position | None = None, cluster: str | None = None,
-               rest_undeliverable: Callable[[Position], bool] | None = None,
+               rest_undeliverable: Callable[[Position, bool], bool] | None = None,
                gaps: EntryGaps | None = None) -> Iterator[tuple[Any, MessageIdInfo]]:
     """Messages of `topic` whose entry is > `after` and <= `until` (None: up to the end the broker
     reports when the reader runs dry), in order, with their parsed ids.
@@ -116,9 +116,11 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
     A reader whose connection was just cut can say "no more" too early and deliver a message again after it
     reconnects. So a message at or before one already read is dropped, and "no more" is believed before an
     entry at or past `expect_end` (default `until`) was read only once it has held for END_CONFIRM_S; then
-    the range ends there and the caller's counts and hashes judge it. `rest_undeliverable(p)` (asked once per
-    place) may end it at once: nothing after `p` up to the end is an entry a reader is given (a source range
-    ending in a transaction marker waited out END_CONFIRM_S otherwise). `gaps` (a source with a message TTL)
+    the range ends there and the caller's counts and hashes judge it. `rest_undeliverable(p, waited)` (asked once
+    per place) may end it at once: nothing after `p` up to the end is an entry a reader is given (a source range
+    ending in a transaction marker waited out END_CONFIRM_S otherwise); `waited`: the reader was given nothing for
+    END_CONFIRM_S while the broker counted more (asked then as well: chunks of a message whose last chunk is not
+    stored are counted and never given). `gaps` (a source with a message TTL)
     reads again where the reader was moved past stored entries. Errors name `cluster` when given.
     """
     import pulsar
@@ -149,7 +151,22 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
         failing_since: float | None = None
         last_read: tuple[int, int, int] | None = None
         previous: MessageIdInfo | None = None
-        asked_at: Position | None = None
+        asked: set[tuple[Position, bool]] = set()
+        untold = ""  # why what follows the last read could not be told (for the stall's error)
+
+        def nothing_deliverable_after(read_to: Position | None, waited: bool) -> bool:
+            """rest_undeliverable, asked once per place (and once more after the reader waited END_CONFIRM_S)."""
+            nonlocal untold
+            if rest_undeliverable is None or read_to is None or (read_to, waited) in asked:
+                return False
+            asked.add((read_to, waited))
+            try:
+                return rest_undeliverable(read_to, waited)
+            except Exception as exc:  # unanswered: the reader's "no more" is confirmed by waiting instead
+                log.debug("%s: cannot tell what follows %s", topic, read_to, exc_info=True)
+                untold = f"; what follows it is not known: {exc}"
+                return False
+
         while True:
             # Asked before every read, not after a timed-out one: the client answers from the broker's last
             # id it has cached while that is ahead, so only the end costs a round trip, never a poll wait.
@@ -165,14 +182,8 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             if not more:
                 if end is None or (last_read is not None and Position(*last_read[:2]) >= end):
                     return
-                read_to = Position(*last_read[:2]) if last_read is not None else after
-                if rest_undeliverable is not None and read_to is not None and read_to != asked_at:
-                    asked_at = read_to
-                    try:
-                        if rest_undeliverable(read_to):
-                            return
-                    except Exception:  # unanswered: the reader's "no more" is confirmed by waiting instead
-                        log.debug("%s: cannot tell what follows %s", topic, read_to, exc_info=True)
+                if nothing_deliverable_after(Position(*last_read[:2]) if last_read is not None else after, False):
+                    return
                 dry_since = dry_since or time.monotonic()
                 if time.monotonic() - dry_since > END_CONFIRM_S:
                     log.warning("%s: the reader found nothing after %s for %.0fs though the range ends at %s",
@@ -183,8 +194,15 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             except pulsar.Timeout:
                 if more:
                     stalled_since = stalled_since or time.monotonic()
+                    # Entries the broker counts but never delivers end the range too: the first chunks of a
+                    # message whose last chunk is not stored (a producer stopped inside it, or still sending it).
+                    if end is not None and time.monotonic() - stalled_since > END_CONFIRM_S and \
+                            nothing_deliverable_after(Position(*last_read[:2]) if last_read is not None else after,
+                                                      True):
+                        return
                     if time.monotonic() - stalled_since > STALL_LIMIT_S:
-                        raise ReadError(f"reading {where} stalled for {STALL_LIMIT_S:.0f}s") from None
+                        at = f" after {Position(*last_read[:2])}" if last_read is not None else ""
+                        raise ReadError(f"reading {where} stalled{at} for {STALL_LIMIT_S:.0f}s{untold}") from None
                 continue
             except Exception as exc:
                 raise ReadError(f"reading {where} failed: {exc}") from exc

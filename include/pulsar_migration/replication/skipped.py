@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import EntryUnanswered, PulsarAdmin
 from pulsar_migration.positions import Position, ledger_sizes
 from pulsar_migration.replication.reading import chunk_fields
 
@@ -35,11 +35,16 @@ class SkippedEntries:
     after: Position
     ledgers: Callable[[], list[tuple[int, int]]]
     positions: list[Position] = field(default_factory=list)
+    # (first chunk, last chunk) of each chunked message delivered: the entries between are its own earlier chunks
+    # or entries delivered on their own (another producer's), unless a third message's chunks came between.
+    chunk_spans: list[tuple[Position, Position]] = field(default_factory=list)
     too_many: bool = False
     _last: Position | None = None
     _ledgers: list[tuple[int, int]] | None = None
 
-    def saw(self, position: Position) -> None:
+    def saw(self, position: Position, first_chunk: Position | None = None) -> None:
+        if first_chunk is not None:
+            self.chunk_spans.append((first_chunk, position))
         last = self._last or self.after
         if position > last:
             self._pass_over(last, position)
@@ -90,15 +95,24 @@ class BegunBefore:
 
 
 def begun_before(admin: PulsarAdmin, topic: str, skipped: SkippedEntries) -> BegunBefore | None:
-    """The first chunked message among the entries passed over that has no first chunk in the range, or None."""
+    """The first chunked message among the entries passed over that has no first chunk in the range, or None.
+    EntryUnanswered when an entry passed over outside a delivered chunked message's chunks cannot be read."""
     if skipped.too_many:
         log.warning("%s: more than %d entries passed over by the reader; chunked messages begun before the range "
                     "are not looked for", topic, MAX_LOOKUPS)
         return None
     firsts: set[str] = set()
     later: dict[str, Position] = {}
+    untold: EntryUnanswered | None = None
     for position in skipped.positions:
-        headers = admin.entry_headers(topic, position.ledger, position.entry)
+        try:
+            headers = admin.entry_headers(topic, position.ledger, position.entry)
+        except EntryUnanswered as exc:
+            # A compressed chunk (the broker does not show one): a delivered message's own, in its span; else
+            # a message's that began before the range cannot be ruled out.
+            if not any(first <= position < last for first, last in skipped.chunk_spans):
+                untold = untold or exc
+            continue
         chunks, chunk = chunk_fields(headers)
         if chunks <= 1:
             continue
@@ -108,4 +122,8 @@ def begun_before(admin: PulsarAdmin, topic: str, skipped: SkippedEntries) -> Beg
         else:
             later.setdefault(uuid, position)
     orphans = sorted((position, uuid) for uuid, position in later.items() if uuid not in firsts)
-    return BegunBefore(orphans[0][1], orphans[0][0]) if orphans else None
+    if orphans:
+        return BegunBefore(orphans[0][1], orphans[0][0])
+    if untold is not None:
+        raise untold
+    return None
