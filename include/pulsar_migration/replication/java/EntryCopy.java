@@ -95,6 +95,8 @@ public final class EntryCopy {
     // Below the broker's default maxMessageSize (5 MiB) by room for the metadata and the added properties.
     static final int RECOMPRESS_ABOVE_BYTES = 5 * 1024 * 1024 - 256 * 1024;
     static final long STALL_LIMIT_MS = 60_000;
+    // A guarded source reader that gets nothing this long while the topic holds its range's end is replaced once.
+    static final long STALL_REREAD_MS = 10_000;
     // How long before a message's publish time its earlier chunks are looked for (gatherEarlierChunks), in turn.
     static final long[] GATHER_MARGINS_MS = {60_000, 600_000};
     // How long the copy waits for a read-back that takes nothing (its own reading fails on a stall only once the
@@ -571,7 +573,9 @@ public final class EntryCopy {
     // range up to it is read through the compacted view (copyCompacted), where alone they still are.
     final long[] compactedBefore;
     long compactedMessages;  // messages copyCompacted read
-    long rereads;  // readings again after the reader was moved past stored entries (Gaps)
+    long rereads;  // readings again after the reader was moved past stored entries (Gaps) or stood still
+    long[] stoodStillAt;  // the last entry taken when the reader last stood still (one new reader per place)
+    static final long[] NO_ENTRY = {-1, -1};
     // The source partition's [ledger, entries] when the run started (Gaps), else null: nothing watched.
     final long[][] ledgers;
     // Stored entries the reader may pass over without reading again (a marker's entry; source_ttl).
@@ -707,19 +711,34 @@ public final class EntryCopy {
             while (true) {
                 long[][] taken = {from};
                 boolean[] reread = {false};
+                boolean stoodStill;
                 EntryConsumer consumer = openReader(src, topic, from, "cluster " + sourceName, receiverQueue);
+                // A reader standing still where the topic holds more gets one new reader per place: a backlog
+                // cleared by an operator moves a reader's cursor to the end too (it failed as a stall after 60 s).
+                long[] place = from == null ? NO_ENTRY : from;
+                boolean mayStandStill = gaps != null && !java.util.Arrays.equals(stoodStillAt, place);
                 try {
-                    readEntries(consumer, from, upper, topic + " on the source", raw -> {
+                    stoodStill = readEntries(consumer, from, upper, topic + " on the source", raw -> {
                         if (gaps != null && !gaps.follows(taken[0], raw.ledger(), raw.entry())) {
                             reread[0] = true;  // moved past stored entries: a new reader from the last one taken
                             return false;
                         }
                         taken[0] = new long[] {raw.ledger(), raw.entry()};
                         return entry(raw, src, tgt);
-                    });
+                    }, mayStandStill);
                 } finally {
                     consumer.closeAsync();
                     release(consumer);
+                }
+                if (stoodStill) {
+                    stoodStillAt = taken[0] == null ? NO_ENTRY : taken[0];
+                    rereads++;
+                    System.err.println("EntryCopy: " + topic + ": the reader got nothing for " + STALL_REREAD_MS / 1000
+                            + "s after " + (taken[0] == null ? "the start" : taken[0][0] + ":" + taken[0][1])
+                            + " though the topic holds more (its backlog cleared, moving its cursor to the end?); "
+                            + "reading again from there");
+                    from = taken[0];
+                    continue;
                 }
                 if (!reread[0]) {
                     break;
@@ -852,10 +871,18 @@ public final class EntryCopy {
      */
     void readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler)
             throws Exception {
+        readEntries(consumer, after, upper, what, handler, false);
+    }
+
+    /** As above; `mayStandStill`: returns true (nothing more taken) when the reader stands still for STALL_REREAD_MS
+     * while the topic still holds the range's end, for the caller to read again with a new reader. */
+    boolean readEntries(EntryConsumer consumer, long[] after, long[] upper, String what, EntryHandler handler,
+                        boolean mayStandStill) throws Exception {
         EntryRange range = new EntryRange(consumer, after, what, "this run's bound ");
+        range.standStillMs = mayStandStill ? STALL_REREAD_MS : 0;
         range.endAt(upper);
         if (range.nothingDeliverable()) {
-            return;
+            return false;
         }
         while (true) {
             failIfSendFailed();
@@ -863,10 +890,13 @@ public final class EntryCopy {
             Raw raw = range.next(200);
             readWaitNanos += System.nanoTime() - waitStart;
             if (raw == EntryRange.PAST_END) {
-                return;
+                return false;
+            }
+            if (raw == EntryRange.STANDS_STILL) {
+                return true;
             }
             if (raw != null && range.take(raw, handler)) {
-                return;
+                return false;
             }
         }
     }
@@ -949,6 +979,8 @@ public final class EntryCopy {
      */
     static final class EntryRange {
         static final Raw PAST_END = new Raw(-1, -1, null, null, 0);
+        static final Raw STANDS_STILL = new Raw(-2, -2, null, null, 0);
+        long standStillMs;  // > 0: STANDS_STILL once after this long idle with the end still stored
         final EntryConsumer consumer;
         final long[] after;
         final String what;
@@ -1009,6 +1041,10 @@ public final class EntryCopy {
                         throw new IllegalStateException(what + " ends before " + endName + end[0] + ":" + end[1]
                                 + ": it was deleted or truncated during the run");
                     }
+                }
+                if (end != null && standStillMs > 0 && now - idleSince > standStillMs && now - checkedAt < IDLE_CHECK_MS) {
+                    standStillMs = 0;
+                    return STANDS_STILL;  // checked just now: the topic holds the end, the reader gets nothing
                 }
                 if (end != null && now - idleSince > STALL_LIMIT_MS) {
                     throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
