@@ -186,16 +186,18 @@ def split_chunks(*args: str) -> None:
 
 def split_chunks_of(topics: dict[str, str], part: str, url: str, chunked: Any) -> None:
     """SplitChunks `part` for each of `topics` (by name: `chunked(name)` gives its other arguments) in one JVM."""
-    done = java_programs.run_commands("SplitChunks", pulsar_home(), [[part, url, *chunked(name)] for name in topics],
-                                      "org.apache.pulsar.client.impl")
-    assert done.returncode == 0, done.stderr[-3000:]
+    split_chunk_commands([[part, url, *chunked(name)] for name in topics])
 
 
 def split_chunk_parts(parts: list[str], *args: str) -> None:
     """SplitChunks once per part (`first`, `rest`, `A-B`) with the same other arguments, one after the other in
     one JVM, each with a producer of its own as if run alone."""
-    done = java_programs.run_commands("SplitChunks", pulsar_home(), [[part, *args] for part in parts],
-                                      "org.apache.pulsar.client.impl")
+    split_chunk_commands([[part, *args] for part in parts])
+
+
+def split_chunk_commands(commands: list[list[str]]) -> None:
+    """SplitChunks commands one after the other in one JVM."""
+    done = java_programs.run_commands("SplitChunks", pulsar_home(), commands, "org.apache.pulsar.client.impl")
     assert done.returncode == 0, done.stderr[-3000:]
 
 

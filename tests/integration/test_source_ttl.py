@@ -30,6 +30,7 @@ from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_backfill_window import iso
+from tests.integration.test_replicate_topics import cleanup
 
 READER_PREFIX = "pm-copy-reader-"
 
@@ -145,9 +146,7 @@ def test_a_reader_moved_by_the_sources_message_ttl_reads_again_and_the_copy_is_w
         expected = [f"m{i}".encode() for i in range(count)]
         assert [m["data"] for m in drain(cluster_b, topic)] == expected == [m["data"] for m in drain(cluster_a, topic)]
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a, admin_b)
 
 
 @pytest.mark.parametrize(("engine", "older", "newer", "rate"), [("java", 24_000, 6_000, 3_000),
@@ -200,9 +199,7 @@ def test_an_expiry_of_every_subscription_moves_the_copys_reader_on_any_topic_and
         expected = [f"m{i}".encode() for i in range(older + newer)]
         assert [m["data"] for m in drain(cluster_b, topic)] == expected
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a, admin_b)
 
 
 def test_a_backlog_cleared_in_the_middle_of_a_copy_is_read_again_in_the_same_run(
@@ -232,9 +229,7 @@ def test_a_backlog_cleared_in_the_middle_of_a_copy_is_read_again_in_the_same_run
         assert result["counts"]["reader_rereads"] >= 1 and result["counts"]["copied_messages"] == count, result
         assert [m["data"] for m in drain(cluster_b, topic)] == [f"m{i}".encode() for i in range(count)]
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a, admin_b)
 
 
 def test_a_window_archived_from_a_source_with_a_message_ttl_is_whole_though_its_reader_was_moved(
@@ -261,5 +256,4 @@ def test_a_window_archived_from_a_source_with_a_message_ttl_is_whole_though_its_
         rows = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
         assert sorted(r["payload"] for r in rows) == sorted(f"m{i}".encode() for i in range(count))
     finally:
-        if tenant in admin_a.get("/tenants"):
-            admin_a.delete(f"/tenants/{tenant}", params={"force": "true"})
+        cleanup(tenant, admin_a)

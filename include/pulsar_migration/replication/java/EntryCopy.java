@@ -1042,9 +1042,10 @@ public final class EntryCopy {
                                 + ": it was deleted or truncated during the run");
                     }
                 }
-                if (end != null && standStillMs > 0 && now - idleSince > standStillMs && now - checkedAt < IDLE_CHECK_MS) {
+                if (end != null && standStillMs > 0 && now - idleSince > standStillMs) {
+                    // The check above, at most IDLE_CHECK_MS ago, found the end stored: the reader gets nothing.
                     standStillMs = 0;
-                    return STANDS_STILL;  // checked just now: the topic holds the end, the reader gets nothing
+                    return STANDS_STILL;
                 }
                 if (end != null && now - idleSince > STALL_LIMIT_MS) {
                     throw new IllegalStateException("reading " + what + " stalled for " + STALL_LIMIT_MS / 1000 + "s");
