@@ -301,13 +301,13 @@ def start(count: int = DEFAULT_CLUSTER_COUNT, *, fresh: bool = False, timeout_s:
 
 
 def start_with_overrides(cluster: LocalCluster, settings: str) -> list[LocalCluster]:
-    """Starts the clusters up to `cluster` (start(), its instance count) with `settings` ("key=value,...", see
-    extra_overrides) for `cluster` alone; the environment is as before afterwards."""
+    """Starts the default clusters and `cluster` with `settings` ("key=value,...", see extra_overrides) for
+    `cluster` alone; the environment is as before afterwards."""
     variable = overrides_variable(cluster)
     before = os.environ.get(variable)
     os.environ[variable] = settings
     try:
-        return start(cluster.index + 1)
+        return start_clusters([*local_clusters(min(cluster.index, DEFAULT_CLUSTER_COUNT)), cluster])
     finally:
         if before is None:
             del os.environ[variable]

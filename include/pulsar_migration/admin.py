@@ -133,6 +133,24 @@ def base_topic(topic: str, partition: int) -> str:
 RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
 
 
+_SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\] (.*?)\s*\(_ssl\.c")
+
+
+def tls_failure(exc: BaseException, cluster: str) -> str | None:
+    """What a failed TLS handshake means and which spec field to look at (None: no SSL reason in `exc`)."""
+    found = _SSL_REASON.search(str(exc))
+    if found is None:
+        return None
+    code, text = found.groups()
+    if code == "CERTIFICATE_VERIFY_FAILED":
+        return (f"the broker's certificate is not trusted ({text}); name the authority that signed it in "
+                f"clusters.{cluster}.tls.trust_certs_file")
+    if "ALERT" in code:
+        return (f"the broker refused the client's certificate or the lack of one ({text}); a broker that requires "
+                f"one takes it from clusters.{cluster}.tls.cert_file and key_file")
+    return text
+
+
 class PulsarAdmin:
     """Minimal, explicit Pulsar admin client over `requests`."""
 
@@ -166,8 +184,10 @@ class PulsarAdmin:
         self._session.mount("https://", adapter)
         if token:
             self._session.headers["Authorization"] = f"Bearer {token}"
+        # Passed with every request: a session's own `verify` loses to REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE in the
+        # environment (requests merges those over it), and the spec's private authority would then not be trusted.
+        self._verify: bool | str | None = tls.verify if tls is not None else None
         if tls is not None:
-            self._session.verify = tls.verify
             if tls.cert_file:
                 self._session.cert = (tls.cert_file, tls.key_file) if tls.key_file else tls.cert_file
 
@@ -203,13 +223,16 @@ class PulsarAdmin:
         while attempt < attempts:
             attempt += 1
             try:
-                resp = self._session.request(method, url, json=json_body, params=params, timeout=self.timeout_s)
+                resp = self._session.request(method, url, json=json_body, params=params, timeout=self.timeout_s,
+                                             verify=self._verify)
             except requests.RequestException as exc:
                 last_error = exc
                 if attempt < attempts:
                     time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
                     continue
+                tls = tls_failure(exc, self.name) if isinstance(exc, requests.exceptions.SSLError) else None
                 raise ClusterUnreachable(
+                    f"cluster {self.name}: TLS handshake with {self.admin_url} failed: {tls}" if tls else
                     f"cluster {self.name} is unreachable at {self.admin_url}: {type(exc).__name__}", None, path
                 ) from exc
             if retry and _transient(resp.status_code, resp.content):

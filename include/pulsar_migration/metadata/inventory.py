@@ -80,6 +80,9 @@ def registration_payload(cluster: ClusterSpec, *, with_auth: bool) -> dict[str, 
         payload["tlsAllowInsecureConnection"] = bool(cluster.tls.allow_insecure)
         if cluster.tls.trust_certs_file:
             payload["brokerClientTrustCertsFilePath"] = cluster.tls.trust_certs_file
+        if cluster.tls.cert_file and cluster.tls.key_file:  # a peer's replicator shows them to a mutual-TLS broker
+            payload["brokerClientCertificateFilePath"] = cluster.tls.cert_file
+            payload["brokerClientKeyFilePath"] = cluster.tls.key_file
     if with_auth and cluster.token_env:
         payload["authenticationPlugin"] = TOKEN_AUTH_PLUGIN
     return payload

@@ -197,19 +197,40 @@ public final class EntryCopy {
         final String name;
         final Map<Long, Schema<byte[]>> cache = new HashMap<>();
 
-        SchemaLookup(String adminUrl, String token, String baseTopic) {
+        final JsonNode tls;  // the source's TLS settings as the spec gives them (null: none)
+
+        SchemaLookup(String adminUrl, String token, JsonNode tls, String baseTopic) {
             TopicName tn = TopicName.get(baseTopic);
             this.adminUrl = adminUrl.replaceAll("/+$", "");
             this.url = this.adminUrl + "/admin/v2/schemas/" + tn.getTenant() + "/"
                     + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
                     + "/schema/";
             this.token = token;
+            this.tls = tls == null || tls.isNull() ? null : tls;
             this.name = baseTopic;
+        }
+
+        /** The HTTP client, trusting the spec's authority and showing its client certificate where it names them
+         * (the JDK's own trust store knows neither a private authority nor the certificate). */
+        HttpClient httpClient() throws Exception {
+            HttpClient.Builder builder = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10));
+            if (tls != null && adminUrl.startsWith("https:")) {
+                boolean insecure = tls.path("allow_insecure").asBoolean(false);
+                if (insecure) {  // as the Pulsar client does under allowTlsInsecureConnection: no name check
+                    System.setProperty("jdk.internal.httpclient.disableHostnameVerification", "true");
+                }
+                String cert = text(tls, "cert_file");
+                String key = text(tls, "key_file");
+                builder.sslContext(org.apache.pulsar.common.util.SecurityUtility.createSslContext(insecure,
+                        text(tls, "trust_certs_file"), cert != null && key != null ? cert : null,
+                        cert != null && key != null ? key : null, null));
+            }
+            return builder.build();
         }
 
         HttpResponse<String> get(String address) throws Exception {
             if (http == null) {
-                http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+                http = httpClient();
             }
             HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(address)).timeout(Duration.ofSeconds(30))
                     .GET();
@@ -616,7 +637,8 @@ public final class EntryCopy {
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
-                token == null || token.isEmpty() ? null : token, job.get("base_topic").asText());
+                token == null || token.isEmpty() ? null : token, common.get("source").get("tls"),
+                job.get("base_topic").asText());
     }
 
     ObjectNode run(PulsarClientImpl src, PulsarClientImpl tgt) throws Exception {

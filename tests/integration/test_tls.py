@@ -1,0 +1,248 @@
+"""Migrations to and from a cluster reached over TLS only, with a private certificate authority and client
+certificates required (mutual TLS): cluster-f, a throwaway third broker (localdev.pulsar_tls), whose TLS ports
+refuse a client that does not trust the authority or shows no certificate. The spec names only its TLS URLs, so
+every admin call, lookup and message of the steps (the copy engine's Java client and its schema reads, the Python
+path, sync_progress's consumers) goes through TLS; the judges read both sides with plain clients."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from localdev import pulsar_local
+from localdev.pulsar_dist import pulsar_home
+from localdev.pulsar_local import LocalCluster
+from localdev.pulsar_tls import LocalTls
+from pulsar.schema import AvroSchema
+from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
+
+from tests.conftest import unique
+from tests.integration.replication_helpers import client, drain, replicate, replicate_report
+from tests.integration.tenant_builders import write_spec
+from tests.integration.test_replicate_topics import OrderV1, OrderV2, content, partitions, shape
+from tests.integration.test_sync_progress import ack_pattern, drains_differ, progress_report, subscribe, sync
+
+TLS_INDEX = 5  # cluster-f: no other module uses it
+TOPICS = {"ns/orders": 2, "ns/single": 0, "ns/avro": 0}
+SUBSCRIPTIONS = {"half": (pulsar.ConsumerType.Shared, "random"), "cut": (pulsar.ConsumerType.Exclusive, "cumulative"),
+                 "none": (pulsar.ConsumerType.Failover, "none")}
+MESSAGES = 3_000
+
+
+@pytest.fixture(scope="module")
+def tls() -> LocalTls:
+    return LocalTls.default().ensure()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(pulsar_clusters: list[LocalCluster], tls: LocalTls) -> Iterator[LocalCluster]:
+    cluster = pulsar_local.LocalCluster(TLS_INDEX)
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+    pulsar_local.start_with_overrides(cluster, tls.broker_overrides(TLS_INDEX))
+    yield cluster
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def tls_spec(path: Path, tenant: str, source: LocalCluster, target: LocalCluster, tls: LocalTls,
+             **overrides: Any) -> Path:
+    """A spec that reaches cluster-f (source or target) only at its TLS URLs, with the client certificate."""
+    doc = json.loads(write_spec(path, tenant, source, target, **overrides).read_text())
+    doc["clusters"][pulsar_local.LocalCluster(TLS_INDEX).name] = tls.spec_entry(TLS_INDEX)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def build_tenant(cluster: LocalCluster, tenant: str) -> None:
+    """TOPICS on `cluster` (plain URLs: set-up, not the tools): batched keyed messages, unbatched ones, an Avro topic
+    under two schema versions; SUBSCRIPTIONS acked in their patterns."""
+    admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/namespaces/{tenant}/ns/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    for name, count in TOPICS.items():
+        admin.put(f"/persistent/{tenant}/{name}" + ("/partitions" if count else ""), count or None)
+    admin.close()
+    c = client(cluster)
+    consumers = {(t, s): subscribe(c, f"persistent://{tenant}/{t}", s, kind)
+                 for t in ("ns/orders", "ns/single") for s, (kind, _) in SUBSCRIPTIONS.items()}
+    batched = c.create_producer(f"persistent://{tenant}/ns/orders", batching_enabled=True, batching_max_messages=20,
+                                batching_max_publish_delay_ms=10, block_if_queue_full=True)
+    for i in range(MESSAGES):
+        batched.send_async(f"o-{i}".encode(), None, partition_key=f"k{i % 17}", properties={"i": str(i)})
+    batched.flush()
+    single = c.create_producer(f"persistent://{tenant}/ns/single", batching_enabled=False, block_if_queue_full=True)
+    for i in range(MESSAGES // 3):
+        single.send_async(f"s-{i}".encode(), None)
+    single.flush()
+    v1 = c.create_producer(f"persistent://{tenant}/ns/avro", schema=AvroSchema(OrderV1))
+    for i in range(10):
+        v1.send(OrderV1(id=i))
+    v2 = c.create_producer(f"persistent://{tenant}/ns/avro", schema=AvroSchema(OrderV2))
+    for i in range(10):
+        v2.send(OrderV2(id=100 + i, note=f"n{i}"))
+    rng = random.Random(5)
+    for (_, name), consumer in consumers.items():
+        ack_pattern(consumer, SUBSCRIPTIONS[name][1], rng)
+        consumer.close()
+    c.close()
+
+
+def assert_same_data(source: LocalCluster, target: LocalCluster, tenant: str) -> int:
+    """Every partition holds the same messages in the same entry shapes on both sides; how many messages."""
+    total = 0
+    for topic in partitions(tenant, TOPICS):
+        copied, original = drain(target, topic), drain(source, topic)
+        assert content(copied) == content(original), topic
+        assert shape(copied) == shape(original), topic
+        total += len(original)
+    return total
+
+
+def cleanup(tenant: str, *clusters: LocalCluster) -> None:
+    for cluster in clusters:
+        admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+        with contextlib.suppress(Exception):
+            if tenant in admin.get("/tenants"):
+                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        admin.close()
+
+
+def java_reads_over_tls(tls: LocalTls, topic: str, count: int) -> str:
+    """The distribution's `bin/pulsar-client` (the Java client) reading `count` messages of `topic` from cluster-f
+    over TLS with the client certificate: its output."""
+    done = subprocess.run([str(pulsar_home() / "bin" / "pulsar-client"), "consume", topic, "-s", unique("judge"),
+                           "-p", "Earliest", "-n", str(count)],
+                          env={**os.environ, "PULSAR_MEM": "-Xms64m -Xmx256m",
+                               "PULSAR_CLIENT_CONF": str(tls.client_conf(TLS_INDEX))},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_a_tenant_moves_to_a_cluster_reached_only_over_mutual_tls(
+        tls_cluster: LocalCluster, cluster_a: LocalCluster, tls: LocalTls, spark: SparkSession,
+        tmp_path: Path) -> None:
+    """cluster-a (plain) to cluster-f over TLS: sync_metadata, replicate_topics through the copy engine and
+    sync_progress all exit 0; every partition is the same in content and entry shape, every subscription drains
+    the same. A spec without the client certificate, or without the authority, fails the first step with one
+    line naming cluster-f, and nothing reaches it."""
+    tenant = unique("it-tls-to")
+    try:
+        build_tenant(cluster_a, tenant)
+        spec = tls_spec(tmp_path / "spec.json", tenant, cluster_a, tls_cluster, tls)
+        for broken, change, named in (("no-cert", {"cert_file": None, "key_file": None}, "tls.cert_file"),
+                                      ("no-ca", {"trust_certs_file": None}, "tls.trust_certs_file")):
+            doc = json.loads(spec.read_text())
+            doc["clusters"][tls_cluster.name]["tls"].update(change)
+            bad = tmp_path / f"{broken}.json"
+            bad.write_text(json.dumps(doc))
+            code = run_step("sync_metadata", sync_metadata, ["--spec", str(bad), "--run-dir",
+                                                            str(tmp_path / f"run-{broken}")])
+            error = json.loads((tmp_path / f"run-{broken}" / "sync_metadata.json").read_text())["error"] \
+                if (tmp_path / f"run-{broken}" / "sync_metadata.json").exists() else ""
+            print(f"{broken}: exit {code}: {error}")
+            assert code != 0 and "\n" not in error and f"clusters.{tls_cluster.name}.{named}" in error, (code, error)
+            assert tenant not in PulsarAdmin(tls_cluster.admin_url, name=tls_cluster.name).get("/tenants")
+
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        report = replicate_report(run_dir)
+        assert report["verdict"] == "ok", report.get("error")
+        assert sync(spec, run_dir) == 0
+        counts = progress_report(run_dir)["counts"]
+        assert counts["lost"] == 0 == counts["duplicated"], counts
+
+        assert assert_same_data(cluster_a, tls_cluster, tenant) == MESSAGES + MESSAGES // 3 + 20
+        differences, drained = drains_differ(cluster_a, tls_cluster, tenant, SUBSCRIPTIONS,
+                                             ["ns/orders", "ns/single"])
+        assert differences == {} and drained > 0
+        out = java_reads_over_tls(tls, f"persistent://{tenant}/ns/single", 5)
+        assert "s-0" in out and "s-4" in out, out[-2000:]
+    finally:
+        cleanup(tenant, cluster_a, tls_cluster)
+
+
+@pytest.mark.parametrize("engine", ["java", "python"])
+def test_a_tenant_moves_from_a_cluster_reached_only_over_mutual_tls(
+        tls_cluster: LocalCluster, cluster_b: LocalCluster, tls: LocalTls, spark: SparkSession, tmp_path: Path,
+        engine: str) -> None:
+    """cluster-f over TLS to cluster-b (plain), through the copy engine (its Java client and the HTTPS schema
+    reads of the Avro topic's two versions) or the Python path: the steps exit 0, the data and every
+    subscription's drain are the same; messages produced afterwards are copied by the next run."""
+    tenant = unique(f"it-tls-from-{engine}")
+    try:
+        build_tenant(tls_cluster, tenant)
+        spec = tls_spec(tmp_path / "spec.json", tenant, tls_cluster, cluster_b, tls,
+                        options={"copy_engine": engine})
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        assert replicate_report(run_dir)["verdict"] == "ok"
+        assert sync(spec, run_dir) == 0
+        assert assert_same_data(tls_cluster, cluster_b, tenant) == MESSAGES + MESSAGES // 3 + 20
+        differences, drained = drains_differ(tls_cluster, cluster_b, tenant, SUBSCRIPTIONS,
+                                             ["ns/orders", "ns/single"])
+        assert differences == {} and drained > 0
+
+        c = client(tls_cluster)
+        v2 = c.create_producer(f"persistent://{tenant}/ns/avro", schema=AvroSchema(OrderV2))
+        for i in range(5):
+            v2.send(OrderV2(id=200 + i, note="later"))
+        c.close()
+        assert replicate(spec, run_dir) == 0
+        report = replicate_report(run_dir)
+        assert report["verdict"] == "ok" and report["counts"]["copied_messages"] == 5, report["counts"]
+        assert assert_same_data(tls_cluster, cluster_b, tenant) == MESSAGES + MESSAGES // 3 + 25
+    finally:
+        cleanup(tenant, tls_cluster, cluster_b)
+
+
+def test_geo_replication_reaches_a_cluster_that_requires_client_certificates(
+        tls_cluster: LocalCluster, cluster_a: LocalCluster, tls: LocalTls, spark: SparkSession,
+        tmp_path: Path) -> None:
+    """Geo mode from cluster-a to cluster-f: sync_metadata registers cluster-f in cluster-a at its TLS URLs with the
+    authority and the client certificate, so cluster-a's replicators get through the mutual TLS; the backlog
+    arrives whole and verified."""
+    from tests.integration.test_replicate_geo import teardown
+
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_f = PulsarAdmin(tls_cluster.admin_url, name=tls_cluster.name)
+    tenant = unique("it-tls-geo")
+    try:
+        build_tenant(cluster_a, tenant)
+        admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+        spec = tls_spec(tmp_path / "spec.json", tenant, cluster_a, tls_cluster, tls, replication={"mode": "geo"},
+                        options={"geo_timeout_s": 120})
+        # The fixture registered cluster-f in cluster-a at its plain URLs, and sync_metadata never overwrites a
+        # registration (other tenants may replicate through it): this test's own cluster-f goes first.
+        admin_a.delete(f"/clusters/{tls_cluster.name}")
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        registered = admin_a.get(f"/clusters/{tls_cluster.name}")
+        assert registered["brokerServiceUrlTls"].startswith("pulsar+ssl://") and registered["brokerClientTlsEnabled"]
+        assert registered["brokerClientCertificateFilePath"] == str(tls.client_cert)
+        assert replicate(spec, run_dir) == 0
+        report = replicate_report(run_dir)
+        assert report["verdict"] == "ok" and report["details"]["mode"] == "geo"
+        assert report["hashes"]["source"] == report["hashes"]["target"]
+        for topic in partitions(tenant, TOPICS):
+            assert [m["data"] for m in drain(tls_cluster, topic)] == [m["data"] for m in drain(cluster_a, topic)]
+    finally:
+        teardown(tenant, admin_a, admin_f, cluster_a.name)
+        admin_a.close()
+        admin_f.close()
