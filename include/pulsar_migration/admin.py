@@ -136,18 +136,23 @@ RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
 _SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\] (.*?)\s*\(_ssl\.c")
 
 
-def tls_failure(exc: BaseException, cluster: str) -> str | None:
-    """What a failed TLS handshake means and which spec field to look at (None: no SSL reason in `exc`)."""
+def tls_failure(exc: BaseException, fields: str, server: str = "broker") -> str | None:
+    """What a failed TLS handshake means and which spec fields (`fields`: e.g. "clusters.a.tls") to look at;
+    None: no SSL reason in `exc`."""
     found = _SSL_REASON.search(str(exc))
     if found is None:
-        return None
+        if "EOF occurred in violation of protocol" not in str(exc):
+            return None
+        # The server hung up inside the handshake before its alert was read (TLS 1.3 sends it late).
+        return (f"the {server} closed the connection in the TLS handshake; a {server} that requires a client "
+                f"certificate does so without one: {fields}.cert_file and key_file")
     code, text = found.groups()
     if code == "CERTIFICATE_VERIFY_FAILED":
-        return (f"the broker's certificate is not trusted ({text}); name the authority that signed it in "
-                f"clusters.{cluster}.tls.trust_certs_file")
+        return (f"the {server}'s certificate is not trusted ({text}); name the authority that signed it in "
+                f"{fields}.trust_certs_file")
     if "ALERT" in code:
-        return (f"the broker refused the client's certificate or the lack of one ({text}); a broker that requires "
-                f"one takes it from clusters.{cluster}.tls.cert_file and key_file")
+        return (f"the {server} refused the client's certificate or the lack of one ({text}); a {server} that "
+                f"requires one takes it from {fields}.cert_file and key_file")
     return text
 
 
@@ -230,7 +235,8 @@ class PulsarAdmin:
                 if attempt < attempts:
                     time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
                     continue
-                tls = tls_failure(exc, self.name) if isinstance(exc, requests.exceptions.SSLError) else None
+                tls = tls_failure(exc, f"clusters.{self.name}.tls") \
+                    if isinstance(exc, requests.exceptions.SSLError) else None
                 raise ClusterUnreachable(
                     f"cluster {self.name}: TLS handshake with {self.admin_url} failed: {tls}" if tls else
                     f"cluster {self.name} is unreachable at {self.admin_url}: {type(exc).__name__}", None, path

@@ -170,11 +170,14 @@ def macros(project_root: str | Path) -> dict[str, Any]:
 
 def lookup_from_connection(conn: Any) -> dict[str, Any]:
     """The spec's `lookup` entry from the lookup service's connection: host/port/schema give its URL, the
-    password (if any) is its admin token, passed as the variable `token_env_name(conn_id)`."""
+    password (if any) is its admin token, passed as the variable `token_env_name(conn_id)`; an https service
+    signed by a private authority names it in the extra's `trust_certs_file`."""
     if not conn.host:
         raise ValueError(f"connection {conn.conn_id}: host (the lookup service's host) is empty")
     url = f"{conn.schema or 'http'}://{conn.host}" + (f":{conn.port}" if conn.port else "")
-    return {"url": url, "token_env": token_env_name(conn.conn_id) if conn.password else None}
+    entry = {"url": url, "token_env": token_env_name(conn.conn_id) if conn.password else None}
+    trust = (getattr(conn, "extra_dejson", None) or {}).get("trust_certs_file")
+    return {**entry, "trust_certs_file": trust} if trust else entry
 
 
 def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pulsar
     from pyspark.sql import SparkSession
 
+    from pulsar_migration.lookup.client import LookupAdmin
+
 
 class SpecError(ValueError):
     """The spec is invalid or its environment is incomplete; the message is one line naming the problem."""
@@ -159,6 +161,9 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                 "url": {"type": ["string", "null"], "default": None,
                         "description": "http(s):// base URL of the lookup service; null = no lookup switch."},
                 "token_env": {"title": "Admin token variable", **_TOKEN_ENV},
+                "trust_certs_file": {"type": ["string", "null"], "default": None,
+                                     "description": "PEM of the authority that signed an https:// lookup "
+                                                    "service's certificate; null = the system's trust store."},
             },
         },
         "options": {
@@ -292,6 +297,14 @@ _VALIDATOR = jsonschema.Draft202012Validator(SPEC_JSON_SCHEMA)
 # -- model ---------------------------------------------------------------------------------------
 
 
+def _check_readable(where: str, path: str) -> None:
+    """SpecError when the file the spec names at `where` is missing or unreadable here."""
+    if not os.path.isfile(path):
+        raise SpecError(f"spec: {where} file {path} does not exist")
+    if not os.access(path, os.R_OK):
+        raise SpecError(f"spec: {where} file {path} is not readable")
+
+
 @dataclass(frozen=True)
 class TlsSpec:
     trust_certs_file: str | None = None
@@ -343,11 +356,7 @@ class ClusterSpec:
     def check_tls_files(self) -> None:
         """SpecError naming the first TLS file this cluster names that is missing or unreadable here."""
         for name, path in (self.tls.files() if self.tls else {}).items():
-            where = f"clusters.{self.name}.tls.{name}"
-            if not os.path.isfile(path):
-                raise SpecError(f"spec: {where} file {path} does not exist")
-            if not os.access(path, os.R_OK):
-                raise SpecError(f"spec: {where} file {path} is not readable")
+            _check_readable(f"clusters.{self.name}.tls.{name}", path)
 
     def admin(self, *, token: str | None = None, **kwargs: Any) -> PulsarAdmin:
         """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries). `token` instead of
@@ -419,6 +428,7 @@ class MigrationSpec:
     replication_mode: str = "copy"
     lookup_url: str | None = None
     lookup_token_env: str | None = None
+    lookup_trust_certs_file: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -509,6 +519,15 @@ class MigrationSpec:
             self.clusters[name].token()
             self.clusters[name].check_tls_files()
         self.lookup_token()
+        if self.lookup_trust_certs_file:
+            _check_readable("lookup.trust_certs_file", self.lookup_trust_certs_file)
+
+    def lookup_admin(self) -> LookupAdmin:
+        """A client of the lookup service's admin API (lookup.url) with its token and authority."""
+        from pulsar_migration.lookup.client import LookupAdmin
+
+        assert self.lookup_url is not None
+        return LookupAdmin(self.lookup_url, self.lookup_token(), verify=self.lookup_trust_certs_file or True)
 
     def check_credentials(self) -> None:
         """AuthRejected (one line naming the cluster and the variable) when the source or target refuses the
@@ -554,6 +573,7 @@ class MigrationSpec:
             replication_mode=spec_fields["replication_mode"],
             lookup_url=lookup.get("url"),
             lookup_token_env=lookup.get("token_env"),
+            lookup_trust_certs_file=lookup.get("trust_certs_file"),
             options=dict(d.get("options") or {}),
         )
 
@@ -587,7 +607,10 @@ class MigrationSpec:
             "namespaces": list(self.namespaces) if self.namespaces is not None else None,
             "topics": self.topics.to_dict(),
             "replication": {"mode": self.replication_mode},
-            "lookup": {"url": self.lookup_url, "token_env": self.lookup_token_env},
+            # trust_certs_file only when set: a spec without one keeps the hash its run directories record
+            "lookup": {"url": self.lookup_url, "token_env": self.lookup_token_env,
+                       **({"trust_certs_file": self.lookup_trust_certs_file} if self.lookup_trust_certs_file
+                          else {})},
             "options": copy.deepcopy(self.options),
         }
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,9 +27,11 @@ def free_port() -> int:
 
 
 class LookupProcess:
-    def __init__(self, config: Path, port: int) -> None:
+    def __init__(self, config: Path, port: int, ca_cert: Path | None = None) -> None:
+        """`ca_cert`: the service answers over HTTPS with a certificate this authority signed."""
         self.config, self.port = config, port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if ca_cert else 'http'}://127.0.0.1:{port}"
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_cert)) if ca_cert else True
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -38,7 +41,7 @@ class LookupProcess:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=1, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
@@ -53,7 +56,8 @@ class LookupProcess:
 
     def api(self, method: str, path: str, token: str | None = TOKEN, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"{self.url}/api/v1{path}", headers=headers, timeout=30, **kwargs)
+        return httpx.request(method, f"{self.url}/api/v1{path}", headers=headers, timeout=30, verify=self.verify,
+                             **kwargs)
 
 
 def start_service(tmp: Path, clusters: list[LocalCluster], default: LocalCluster) -> LookupProcess:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pulsar
 import pytest
 from localdev import pulsar_local
@@ -245,4 +246,63 @@ def test_geo_replication_reaches_a_cluster_that_requires_client_certificates(
     finally:
         teardown(tenant, admin_a, admin_f, cluster_a.name)
         admin_a.close()
+        admin_f.close()
+
+
+def test_the_lookup_service_routes_tls_clients_to_a_mutual_tls_cluster(
+        tls_cluster: LocalCluster, cluster_a: LocalCluster, tls: LocalTls, tmp_path: Path) -> None:
+    """The lookup service answering over HTTPS and forwarding to cluster-f's HTTPS port with the authority and
+    the client certificate: the Python client and the Java client (`bin/pulsar-client`), their service URL the
+    service's https:// one, reach cluster-f's TLS broker port through it; the spec's lookup client (the switch's)
+    trusts the service by `lookup.trust_certs_file`, and without it fails in one line naming that field."""
+    from pulsar_migration.lookup.client import LookupServiceError
+    from pulsar_migration.spec import MigrationSpec
+
+    from tests.integration.lookup_helpers import TOKEN, LookupProcess, free_port
+
+    config, port = tmp_path / "lookup.json", free_port()
+    f_entry = tls.spec_entry(TLS_INDEX)
+    config.write_text(json.dumps({
+        "clusters": {cluster_a.name: {"http_url": cluster_a.admin_url},
+                     tls_cluster.name: {"http_url": f_entry["admin_url"], "tls": f_entry["tls"]}},
+        "default_cluster": cluster_a.name, "database_url": f"sqlite:///{tmp_path / 'routes.db'}", "port": port,
+        "tls": {"cert_file": str(tls.broker_cert), "key_file": str(tls.broker_key)}}))
+    service = LookupProcess(config, port, ca_cert=tls.ca_cert)
+    service.start()
+    tenant = unique("it-tls-lookup")
+    admin_f = PulsarAdmin(tls_cluster.admin_url, name=tls_cluster.name)
+    try:
+        admin_f.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [tls_cluster.name]})
+        admin_f.put(f"/namespaces/{tenant}/ns")
+        topic = f"persistent://{tenant}/ns/through-lookup"
+        spec_doc = json.loads(tls_spec(tmp_path / "spec.json", tenant, cluster_a, tls_cluster, tls).read_text())
+        spec_doc["lookup"] = {"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"}
+        os.environ["PM_TEST_LOOKUP_TOKEN"] = TOKEN
+        untrusting = MigrationSpec.from_dict(spec_doc).lookup_admin()
+        with pytest.raises(LookupServiceError) as refused:
+            untrusting.route(tenant)
+        assert "lookup.trust_certs_file" in str(refused.value) and "\n" not in str(refused.value)
+        spec_doc["lookup"]["trust_certs_file"] = str(tls.ca_cert)
+        lookup = MigrationSpec.from_dict(spec_doc).lookup_admin()
+        lookup.set_route(tenant, tls_cluster.name, reason="tls test")
+        assert lookup.route(tenant)["cluster"] == tls_cluster.name
+
+        python_client = MigrationSpec.from_dict(spec_doc).clusters[tls_cluster.name].pulsar_client(service.url)
+        producer = python_client.create_producer(topic, batching_enabled=False)
+        for i in range(5):
+            producer.send(f"tls-{i}".encode())
+        python_client.close()
+        java = subprocess.run([str(pulsar_home() / "bin" / "pulsar-client"), "--url", service.url, "consume", topic,
+                               "-s", "judge", "-p", "Earliest", "-n", "5"],
+                              env={**os.environ, "PULSAR_MEM": "-Xms64m -Xmx256m",
+                                   "PULSAR_CLIENT_CONF": str(tls.client_conf(TLS_INDEX))},
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert java.returncode == 0 and "tls-4" in java.stdout, (java.stdout + java.stderr)[-2000:]
+        assert [m["data"] for m in drain(tls_cluster, topic)] == [f"tls-{i}".encode() for i in range(5)]
+        metrics = httpx.get(f"{service.url}/metrics", verify=service.verify, timeout=10).text
+        assert f'cluster="{tls_cluster.name}"' in metrics
+    finally:
+        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+        print(service.stop()[-2000:])
+        cleanup(tenant, tls_cluster)
         admin_f.close()

@@ -83,6 +83,9 @@ def test_spec_document_takes_the_lookup_service_from_its_connection_without_the_
         "url": "http://127.0.0.1", "token_env": None}
     with pytest.raises(SpecError, match="connection nohost: host"):
         spec_document({"tenant": "acme"}, A, B, lookup_conn=Conn("nohost", host=None))
+    private = Conn("tls_lookup", port=8443, schema="https", extra_dejson={"trust_certs_file": __file__})
+    assert spec_document({"tenant": "acme"}, A, B, lookup_conn=private)["lookup"] == {
+        "url": "https://127.0.0.1:8443", "token_env": None, "trust_certs_file": __file__}
 
 
 @pytest.mark.parametrize(("params", "conns", "message"), [

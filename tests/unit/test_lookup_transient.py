@@ -33,7 +33,7 @@ def client_for(tmp_path_factory: pytest.TempPathFactory, failures: int, retry_s:
 
     app = create_app(config)
     with TestClient(app) as client:
-        app.state.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+        app.state.http = {"a": httpx.AsyncClient(transport=httpx.MockTransport(upstream))}
         yield client, calls
 
 

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
-from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
+from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication.content import ContentHash
@@ -159,7 +159,7 @@ def preconditions(ctx: StepContext) -> bool:
         raise CleanupError(f"switch_lookup in {ctx.run_dir} is {switched.verdict}: nothing is deleted before a "
                            "verified switch")
     if spec.lookup_url:
-        lookup = LookupAdmin(spec.lookup_url, spec.lookup_token())
+        lookup = spec.lookup_admin()
         try:
             route = lookup.route(spec.tenant)["cluster"]
         except LookupServiceError as exc:

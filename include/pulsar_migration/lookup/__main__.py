@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    serving = config.tls or {}
     uvicorn.run(app, host=args.host or config.host, port=args.port or config.port, log_level="warning",
-                timeout_graceful_shutdown=5, access_log=False)
+                timeout_graceful_shutdown=5, access_log=False, ssl_certfile=serving.get("cert_file"),
+                ssl_keyfile=serving.get("key_file"))
     return 0
 
 

@@ -6,15 +6,19 @@ from typing import Any
 
 import requests
 
+from pulsar_migration.admin import tls_failure
+
 
 class LookupServiceError(RuntimeError):
     """The lookup service refused a call or could not be reached (one line)."""
 
 
 class LookupAdmin:
-    def __init__(self, url: str, token: str | None, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None, *, timeout_s: float = 30.0, verify: bool | str = True) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        # Passed with every request: REQUESTS_CA_BUNDLE in the environment would win over a session's own.
+        self.verify = verify
         self._session = requests.Session()
         if token:
             self._session.headers["Authorization"] = f"Bearer {token}"
@@ -24,9 +28,13 @@ class LookupAdmin:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            resp = self._session.request(method, self.url + path, timeout=self.timeout_s, **kwargs)
+            resp = self._session.request(method, self.url + path, timeout=self.timeout_s, verify=self.verify,
+                                         **kwargs)
         except requests.RequestException as exc:
-            raise LookupServiceError(f"lookup service at {self.url} is unreachable: {type(exc).__name__}") from None
+            tls = tls_failure(exc, "lookup", "lookup service") if isinstance(exc, requests.exceptions.SSLError) \
+                else None
+            raise LookupServiceError(f"TLS handshake with the lookup service at {self.url} failed: {tls}" if tls else
+                                     f"lookup service at {self.url} is unreachable: {type(exc).__name__}") from None
         if resp.status_code == 401:
             raise LookupServiceError(f"lookup service at {self.url} refused the admin token (HTTP 401)")
         if resp.status_code >= 300:

@@ -11,15 +11,23 @@
 `http_url` is where the service forwards a cluster's lookups (a broker's or the cluster's HTTP service
 URL); `token_env` names the variable holding a token the service sends there. The admin API's token is
 read from `admin_token_env` at start; the service refuses to start without it.
+
+TLS, both optional: a cluster's `"tls": {"trust_certs_file", "cert_file", "key_file", "allow_insecure"}` for an
+`https://` http_url signed by a private authority or requiring client certificates (the spec's cluster `tls`);
+a top-level `"tls": {"cert_file", "key_file"}` makes the service itself answer over HTTPS. Clients whose service
+URL is `https://` connect to the brokers' TLS ports (`brokerUrlTls` of the answer), plain ones to `brokerUrl`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pulsar_migration.keepalive_get import tls_context
 
 CONFIG_ENV = "PM_LOOKUP_CONFIG"
 DEFAULT_TOKEN_ENV = "PM_LOOKUP_ADMIN_TOKEN"
@@ -32,11 +40,23 @@ class ConfigError(ValueError):
     """A configuration the service cannot run with (one line)."""
 
 
+TLS_CLIENT_KEYS = frozenset({"trust_certs_file", "cert_file", "key_file", "allow_insecure"})
+TLS_SERVER_KEYS = frozenset({"cert_file", "key_file"})
+
+
 @dataclass(frozen=True)
 class ClusterTarget:
     name: str
     http_url: str
     token_env: str | None = None
+    tls: dict[str, Any] | None = None  # TLS_CLIENT_KEYS
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """What the forwarding client verifies this cluster with (True: the system's trust store)."""
+        if not self.tls:
+            return True
+        verify = False if self.tls.get("allow_insecure") else (self.tls.get("trust_certs_file") or True)
+        return tls_context(verify, self.tls.get("cert_file"), self.tls.get("key_file"))
 
     def token(self) -> str | None:
         if not self.token_env:
@@ -60,6 +80,7 @@ class LookupConfig:
     transient_retry_s: float = 5.0
     host: str = "127.0.0.1"
     port: int = 8090
+    tls: dict[str, str] | None = None  # TLS_SERVER_KEYS: the service answers over HTTPS
     extra: dict[str, Any] = field(default_factory=dict)
 
     def admin_token(self) -> str:
@@ -80,7 +101,8 @@ class LookupConfig:
         for name, c in raw.items():
             if not isinstance(c, dict) or not str(c.get("http_url", "")).startswith(("http://", "https://")):
                 raise ConfigError(f"lookup config: clusters.{name}.http_url must be an http(s) URL")
-            clusters[name] = ClusterTarget(name, str(c["http_url"]).rstrip("/"), c.get("token_env"))
+            clusters[name] = ClusterTarget(name, str(c["http_url"]).rstrip("/"), c.get("token_env"),
+                                           _tls_entry(f"clusters.{name}.tls", c.get("tls"), TLS_CLIENT_KEYS))
         default = data.get("default_cluster")
         if default not in clusters:
             raise ConfigError(f"lookup config: default_cluster {default!r} is not one of {sorted(clusters)}")
@@ -91,13 +113,16 @@ class LookupConfig:
         retry = float(data.get("transient_retry_s", 5.0))
         if not 0 <= retry <= MAX_HOLD_TIMEOUT_S:
             raise ConfigError(f"lookup config: transient_retry_s must be in [0, {MAX_HOLD_TIMEOUT_S:.0f}]")
+        serving = _tls_entry("tls", data.get("tls"), TLS_SERVER_KEYS)
+        if serving is not None and not (serving.get("cert_file") and serving.get("key_file")):
+            raise ConfigError("lookup config: tls needs both cert_file and key_file to answer over HTTPS")
         known = {"clusters", "default_cluster", "database_url", "admin_token_env", "hold_timeout_s",
-                 "forward_timeout_s", "transient_retry_s", "host", "port"}
+                 "forward_timeout_s", "transient_retry_s", "host", "port", "tls"}
         return cls(clusters=clusters, default_cluster=default,
                    database_url=str(data.get("database_url", "sqlite:///var/lookup/routes.db")),
                    admin_token_env=str(data.get("admin_token_env", DEFAULT_TOKEN_ENV)), hold_timeout_s=hold,
                    forward_timeout_s=float(data.get("forward_timeout_s", 10.0)), transient_retry_s=retry,
-                   host=str(data.get("host", "127.0.0.1")), port=int(data.get("port", 8090)),
+                   host=str(data.get("host", "127.0.0.1")), port=int(data.get("port", 8090)), tls=serving,
                    extra={k: v for k, v in data.items() if k not in known})
 
     @classmethod
@@ -115,3 +140,15 @@ class LookupConfig:
         if isinstance(data, dict):
             data.update({key: os.environ[env] for env, key in overrides.items() if os.environ.get(env)})
         return cls.from_dict(data)
+
+
+def _tls_entry(where: str, value: Any, keys: frozenset[str]) -> dict[str, Any] | None:
+    """A TLS object of the config (None when absent); ConfigError for an unknown key or a file that is not there."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - keys:
+        raise ConfigError(f"lookup config: {where} must be an object with keys from {sorted(keys)}")
+    for key in ("trust_certs_file", "cert_file", "key_file"):
+        if value.get(key) and not os.path.isfile(value[key]):
+            raise ConfigError(f"lookup config: {where}.{key} file {value[key]} does not exist")
+    return dict(value)

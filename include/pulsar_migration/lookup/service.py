@@ -174,8 +174,12 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         route_store = store or RouteStore(config.database_url)
         app.state.router = Router(config, route_store)
-        app.state.http = httpx.AsyncClient(follow_redirects=True, timeout=config.forward_timeout_s,
-                                           limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+        # One forwarding client per cluster: each trusts its own authority and shows its own certificate.
+        app.state.http = {name: httpx.AsyncClient(follow_redirects=True, timeout=config.forward_timeout_s,
+                                                  verify=cluster.ssl_context(),
+                                                  limits=httpx.Limits(max_connections=200,
+                                                                      max_keepalive_connections=50))
+                          for name, cluster in config.clusters.items()}
         log.info("lookup service: %d route(s), %d held, default cluster %s, clusters %s",
                  len(app.state.router.routes), len(app.state.router.holds), config.default_cluster,
                  sorted(config.clusters))
@@ -184,7 +188,8 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         finally:
             for event in app.state.router.holds.values():  # parked requests answer (503) rather than hang
                 event.set()
-            await app.state.http.aclose()
+            for client in app.state.http.values():
+                await client.aclose()
             if own_store:
                 route_store.close()
 
@@ -229,7 +234,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         elif token:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            resp = await request.app.state.http.get(url, headers=headers)
+            resp = await request.app.state.http[cluster.name].get(url, headers=headers)
             # An unload or a bundle move makes the broker answer 5xx for a moment: retried here, with a short
             # backoff, rather than handed to a client that would back off for seconds.
             delay, give_up = TRANSIENT_RETRY_FIRST_S, time.monotonic() + config.transient_retry_s
@@ -237,7 +242,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
                 metrics.transient_retries_total += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, TRANSIENT_RETRY_MAX_S)
-                resp = await request.app.state.http.get(url, headers=headers)
+                resp = await request.app.state.http[cluster.name].get(url, headers=headers)
         except httpx.HTTPError as exc:
             metrics.forward_errors_total += 1
             return JSONResponse({"reason": f"cluster {cluster.name} is unreachable: {type(exc).__name__}"},

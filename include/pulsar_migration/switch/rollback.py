@@ -29,7 +29,7 @@ import logging
 from pathlib import Path
 
 from pulsar_migration import rundir
-from pulsar_migration.lookup.client import LookupAdmin, LookupServiceError
+from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.replication import posmap
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
@@ -87,7 +87,7 @@ def run(ctx: StepContext) -> None:
     Path(rundir.local_path(reverse_dir)).mkdir(parents=True, exist_ok=True)
     rctx = dataclasses.replace(ctx, spec=reverse, run_dir=reverse_dir,
                                args=argparse.Namespace(**{**vars(ctx.args), "markdelete_only": False}))
-    lookup = LookupAdmin(spec.lookup_url, spec.lookup_token())
+    lookup = spec.lookup_admin()
     tgt_admin, src_admin = reverse.source_cluster.admin(), reverse.target_cluster.admin()
     try:
         phases = Phases(report)

@@ -129,7 +129,7 @@ def run(ctx: StepContext) -> None:
     spec, report = ctx.spec, ctx.report
     if not spec.lookup_url:
         raise SwitchError("the spec names no lookup service (lookup.url): there is no route to switch")
-    lookup = LookupAdmin(spec.lookup_url, spec.lookup_token())
+    lookup = spec.lookup_admin()
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
         phases = Phases(report)
