@@ -178,7 +178,11 @@ def render_config(template: str, cluster: LocalCluster, auth: LocalAuth | None =
         **(auth.broker_overrides() if auth else {}),
         **extra_overrides(cluster),
     }
-    text = template
+    return apply_overrides(template, overrides)
+
+
+def apply_overrides(text: str, overrides: dict[str, str]) -> str:
+    """Sets each key of a Pulsar .conf text (appending those it lacks)."""
     for key, value in overrides.items():
         text, count = re.subn(rf"(?m)^{re.escape(key)}=.*$", f"{key}={value}", text)
         if count == 0:

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urljoin, urlparse, urlsplit
 
 import requests
 import requests.adapters
@@ -133,6 +133,24 @@ def base_topic(topic: str, partition: int) -> str:
 RUNTIME_CONFIGURATION = "/brokers/configuration/runtime"
 
 
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
+
+
+def _header(headers: dict[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+
+
+class ClusterSession(requests.Session):
+    """A session that keeps its token on a broker's redirect to the topic's owner (another host or port of the
+    cluster): requests drops it there, and every call about a topic the admin URL's broker does not own came back
+    401 on a cluster of more than one broker. Pulsar's own admin client sends it to the owner too. Not kept when
+    the redirect would carry it from https to plain http."""
+
+    def should_strip_auth(self, old_url: str, new_url: str) -> bool:
+        return urlparse(old_url).scheme == "https" and urlparse(new_url).scheme != "https"
+
+
 _SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\] (.*?)\s*\(_ssl\.c")
 
 
@@ -178,10 +196,10 @@ class PulsarAdmin:
         self.retries = retries
         self._tls = tls
         self._getter: KeepAliveGetter | None = None
-        self._entry_getter: KeepAliveGetter | None = None
+        self._entry_getters: dict[str, KeepAliveGetter] = {}  # by broker: the admin URL's, and owners redirected to
         self._getter_lock = threading.Lock()
         self._unanswered: set[tuple[str, int, int]] = set()  # entries asked for in vain: not asked again
-        self._session = requests.Session()
+        self._session = ClusterSession()
         # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
         # alive instead of the default 10, which would reconnect on every call beyond that.
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_MAXSIZE)
@@ -198,7 +216,7 @@ class PulsarAdmin:
 
     def close(self) -> None:
         self._session.close()
-        for getter in (self._getter, self._entry_getter):
+        for getter in (self._getter, *self._entry_getters.values()):
             if getter is not None:
                 getter.close()
 
@@ -311,6 +329,14 @@ class PulsarAdmin:
             raise self._unanswered_error(key)
         path = f"/admin/v2{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
         answer = self._kept_alive(entries=True).send("GET", path)
+        hops = 0
+        while answer is not None and answer[0] in REDIRECT_STATUS and hops < MAX_REDIRECTS:
+            # Another broker owns the topic: ask it with the same give-up (the full path would wait out its timeout
+            # and retries on an entry the owner never shows).
+            location = urlsplit(urljoin(self.admin_url + path, _header(answer[1], "Location") or path))
+            answer = self._kept_alive(entries=True, base=f"{location.scheme}://{location.netloc}").send(
+                "GET", location.path + (f"?{location.query}" if location.query else ""))
+            hops += 1
         if answer is None:  # no answer at all: a broker down, or one that never answers for this entry
             self.last_message_id(topic)  # ClusterUnreachable (after the usual retries) when it is the broker
             self._unanswered.add(key)
@@ -326,21 +352,24 @@ class PulsarAdmin:
             "it answers for the topic (Pulsar 4.0 never shows a chunk of a compressed chunked message)", None,
             f"{topic}@{ledger}:{entry}")
 
-    def _kept_alive(self, *, entries: bool = False) -> KeepAliveGetter:
+    def _kept_alive(self, *, entries: bool = False, base: str | None = None) -> KeepAliveGetter:
         with self._getter_lock:
             if entries:
-                if self._entry_getter is None:
-                    self._entry_getter = self._new_getter(ENTRY_ANSWER_S)
-                return self._entry_getter
+                base = base or self.admin_url
+                if base not in self._entry_getters:
+                    self._entry_getters[base] = self._new_getter(ENTRY_ANSWER_S, base)
+                return self._entry_getters[base]
             if self._getter is None:
-                self._getter = self._new_getter(self.timeout_s)
+                self._getter = self._new_getter(self.timeout_s, self.admin_url)
             return self._getter
 
-    def _new_getter(self, timeout_s: float) -> KeepAliveGetter:
+    def _new_getter(self, timeout_s: float, base: str) -> KeepAliveGetter:
         tls = self._tls or TlsSettings()
-        context = tls_context(tls.verify, tls.cert_file, tls.key_file) if self.admin_url.startswith("https:") else None
+        context = tls_context(tls.verify, tls.cert_file, tls.key_file) if base.startswith("https:") else None
         auth = self._session.headers.get("Authorization")
-        return KeepAliveGetter(self.admin_url, {"Authorization": str(auth)} if auth else {}, timeout_s, context)
+        # Never a token from an https admin URL to a plain http broker.
+        keep = auth and not (self.admin_url.startswith("https:") and not base.startswith("https:"))
+        return KeepAliveGetter(base, {"Authorization": str(auth)} if keep else {}, timeout_s, context)
 
     # -- clusters --------------------------------------------------------------------------------
 

@@ -32,7 +32,10 @@ class CountingAdmin(PulsarAdmin):
 
 
 def client(cluster: LocalCluster) -> pulsar.Client:
-    return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    """A client of `cluster` (as its superuser where it requires tokens)."""
+    token = cluster.superuser_token()
+    return pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+                         authentication=pulsar.AuthenticationToken(token) if token else None)
 
 
 def replicate(spec: Path, run_dir: Path, *extra: str) -> int:

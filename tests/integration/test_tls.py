@@ -67,12 +67,12 @@ def tls_spec(path: Path, tenant: str, source: LocalCluster, target: LocalCluster
     return path
 
 
-def build_tenant(cluster: LocalCluster, tenant: str) -> None:
+def build_tenant(cluster: LocalCluster, tenant: str, bundles: int | None = None) -> None:
     """TOPICS on `cluster` (plain URLs: set-up, not the tools): batched keyed messages, unbatched ones, an Avro topic
-    under two schema versions; SUBSCRIPTIONS acked in their patterns."""
-    admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+    under two schema versions; SUBSCRIPTIONS acked in their patterns. `bundles`: the namespace's bundle count."""
+    admin = cluster.admin(timeout_s=30)
     admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
-    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/namespaces/{tenant}/ns", {"bundles": {"numBundles": bundles}} if bundles else None)
     admin.put(f"/namespaces/{tenant}/ns/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
     for name, count in TOPICS.items():
         admin.put(f"/persistent/{tenant}/{name}" + ("/partitions" if count else ""), count or None)
@@ -115,7 +115,7 @@ def assert_same_data(source: LocalCluster, target: LocalCluster, tenant: str) ->
 
 def cleanup(tenant: str, *clusters: LocalCluster) -> None:
     for cluster in clusters:
-        admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+        admin = cluster.admin(timeout_s=30)
         with contextlib.suppress(Exception):
             if tenant in admin.get("/tenants"):
                 admin.delete(f"/tenants/{tenant}", params={"force": "true"})

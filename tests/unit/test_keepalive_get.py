@@ -23,14 +23,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         Handler.peers.add(self.client_address[1])
         Handler.auth_seen.append(self.headers.get("Authorization"))
-        if self.path.endswith("/missing") or "/ledger/404/" in self.path:
+        path = self.path.split("?", 1)[0]  # a redirect to the owner adds ?authoritative=true
+        if path.endswith("/missing") or "/ledger/404/" in path:
             self._answer(404, b'{"reason": "Message not found"}')
-        elif self.path.endswith("/lastMessageId"):
+        elif path.endswith("/lastMessageId"):
             self._answer(200, b'{"ledgerId": 7, "entryId": 1}')
-        elif "/ledger/7/entry/1" in self.path:
+        elif "/ledger/7/entry/1" in path:
             time.sleep(1.5)  # never in time (a broker's open request)
             self._answer(200, b"late")
-        elif self.path.endswith("/close"):
+        elif path.endswith("/close"):
             self._answer(200, b"bye", close=True)
         else:
             self._answer(200, b"payload", extra={"X-Pulsar-deliver-at-time": "2026-01-01T00:00:00Z"})

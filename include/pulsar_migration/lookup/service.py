@@ -49,6 +49,7 @@ DOMAINS = ("persistent", "non-persistent")
 TRANSIENT_STATUS = frozenset({500, 502, 503})
 TRANSIENT_RETRY_FIRST_S = 0.025
 TRANSIENT_RETRY_MAX_S = 0.4
+MAX_REDIRECTS = 5
 # The admin API's bodies are a few hundred bytes; anything far larger is a mistake or an attack, refused
 # (413) before it is read into memory.
 MAX_BODY_BYTES = 64 * 1024
@@ -162,6 +163,21 @@ class Router:
         return True
 
 
+async def get_following(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+    """GET, following a broker's redirects to the topic's owner with the same headers: httpx drops the
+    Authorization header on a redirect to another host or port, and on a cluster of several brokers every lookup
+    of a topic the forwarded-to broker does not own is one (the owner then answered 401)."""
+    resp = await http.get(url, headers=headers)
+    for _ in range(MAX_REDIRECTS):
+        if not resp.is_redirect or "location" not in resp.headers:
+            break
+        target = resp.url.join(resp.headers["location"])
+        if resp.url.scheme == "https" and target.scheme != "https":
+            break  # never carry a token from https to plain http: the client gets the redirect
+        resp = await http.get(target, headers=headers)
+    return resp
+
+
 def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI:
     """The service; `store` defaults to one on `config.database_url` (closed at shutdown)."""
     admin_token = config.admin_token()
@@ -175,7 +191,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         route_store = store or RouteStore(config.database_url)
         app.state.router = Router(config, route_store)
         # One forwarding client per cluster: each trusts its own authority and shows its own certificate.
-        app.state.http = {name: httpx.AsyncClient(follow_redirects=True, timeout=config.forward_timeout_s,
+        app.state.http = {name: httpx.AsyncClient(follow_redirects=False, timeout=config.forward_timeout_s,
                                                   verify=cluster.ssl_context(),
                                                   limits=httpx.Limits(max_connections=200,
                                                                       max_keepalive_connections=50))
@@ -233,8 +249,9 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
             headers["Authorization"] = client_auth
         elif token:
             headers["Authorization"] = f"Bearer {token}"
+        http = request.app.state.http[cluster.name]
         try:
-            resp = await request.app.state.http[cluster.name].get(url, headers=headers)
+            resp = await get_following(http, url, headers)
             # An unload or a bundle move makes the broker answer 5xx for a moment: retried here, with a short
             # backoff, rather than handed to a client that would back off for seconds.
             delay, give_up = TRANSIENT_RETRY_FIRST_S, time.monotonic() + config.transient_retry_s
@@ -242,7 +259,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
                 metrics.transient_retries_total += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, TRANSIENT_RETRY_MAX_S)
-                resp = await request.app.state.http[cluster.name].get(url, headers=headers)
+                resp = await get_following(http, url, headers)
         except httpx.HTTPError as exc:
             metrics.forward_errors_total += 1
             return JSONResponse({"reason": f"cluster {cluster.name} is unreachable: {type(exc).__name__}"},

@@ -197,6 +197,7 @@ public final class EntryCopy {
         final String name;
         final Map<Long, Schema<byte[]>> cache = new HashMap<>();
 
+        static final int MAX_REDIRECTS = 5;
         final JsonNode tls;  // the source's TLS settings as the spec gives them (null: none)
 
         SchemaLookup(String adminUrl, String token, JsonNode tls, String baseTopic) {
@@ -228,16 +229,29 @@ public final class EntryCopy {
             return builder.build();
         }
 
+        /** GET, following a broker's redirect to the topic's owner with the token (the JDK client follows none by
+         * default, and would drop the header on another host): on a cluster of several brokers every read about
+         * a topic the admin URL's broker does not own answers 307. */
         HttpResponse<String> get(String address) throws Exception {
             if (http == null) {
                 http = httpClient();
             }
-            HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(address)).timeout(Duration.ofSeconds(30))
-                    .GET();
-            if (token != null) {
-                request.header("Authorization", "Bearer " + token);
+            URI uri = URI.create(address);
+            for (int hop = 0; ; hop++) {
+                HttpRequest.Builder request = HttpRequest.newBuilder(uri).timeout(Duration.ofSeconds(30)).GET();
+                boolean downgraded = adminUrl.startsWith("https:") && !"https".equals(uri.getScheme());
+                if (token != null && !downgraded) {
+                    request.header("Authorization", "Bearer " + token);
+                }
+                HttpResponse<String> answer = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
+                int status = answer.statusCode();
+                java.util.Optional<String> location = answer.headers().firstValue("Location");
+                if (hop >= MAX_REDIRECTS || location.isEmpty()
+                        || status != 301 && status != 302 && status != 303 && status != 307 && status != 308) {
+                    return answer;
+                }
+                uri = uri.resolve(location.get());
             }
-            return http.send(request.build(), HttpResponse.BodyHandlers.ofString());
         }
 
         /** The position of the first entry of `topic` published at or after `timestamp` (ms), by the broker's
