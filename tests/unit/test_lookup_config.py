@@ -66,3 +66,31 @@ def test_the_specs_lookup_trust_file_travels_and_is_checked(tls: LocalTls, tmp_p
         MigrationSpec.from_dict(doc).check_environment()
     del doc["lookup"]["trust_certs_file"]
     assert "trust_certs_file" not in MigrationSpec.from_dict(doc).to_dict()["lookup"]  # hashes of older specs stay
+
+
+def test_forwarding_follows_a_brokers_redirect_with_the_token_but_never_from_https_to_http() -> None:
+    import asyncio
+
+    import httpx
+    from pulsar_migration.lookup.service import get_following
+
+    seen: list[tuple[str, str | None]] = []
+
+    def brokers(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("authorization")))
+        if request.url.port == 8081:
+            return httpx.Response(307, headers={"Location": "http://b2:9081/lookup/v2/topic/x?authoritative=true"})
+        if request.url.host == "secure":
+            return httpx.Response(307, headers={"Location": "http://b2:9081/lookup/v2/topic/x"})
+        return httpx.Response(200, json={"brokerUrl": "pulsar://b2:7651"})
+
+    async def run() -> tuple[int, int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(brokers)) as http:
+            followed = await get_following(http, "http://b1:8081/lookup/v2/topic/x", {"Authorization": "Bearer c"})
+            kept = await get_following(http, "https://secure/lookup/v2/topic/x", {"Authorization": "Bearer c"})
+            return followed.status_code, kept.status_code
+
+    assert asyncio.run(run()) == (200, 307)
+    assert seen[:2] == [("http://b1:8081/lookup/v2/topic/x", "Bearer c"),
+                        ("http://b2:9081/lookup/v2/topic/x?authoritative=true", "Bearer c")]
+    assert len(seen) == 3  # the https answer's redirect to http was handed back, not followed
