@@ -123,6 +123,13 @@ def seg(name: str) -> str:
     return quote(name, safe="")
 
 
+def schema_seg(topic: str) -> str:
+    """Quotes a topic's local name for the `/schemas/...` endpoints, which decode it twice (Pulsar 4.0's schemas
+    resource decodes the already decoded path parameter again): quoted once, a name with '%' or '+' was not found
+    there or named another topic ('a+b' read as 'a b')."""
+    return seg(seg(topic))
+
+
 def base_topic(topic: str, partition: int) -> str:
     """`persistent://t/ns/name-partition-N` -> `persistent://t/ns/name` for a partition (`partition` >= 0); a
     non-partitioned topic (-1) is its own base, whatever its name."""

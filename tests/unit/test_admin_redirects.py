@@ -71,3 +71,11 @@ def test_an_entry_the_owner_never_shows_gives_up_as_on_one_broker(first_broker: 
     finally:
         admin.close()
     assert time.monotonic() - started < 5  # not the full path's 30 s
+
+
+def test_schema_paths_quote_the_topic_name_twice() -> None:
+    """Pulsar's schemas resource decodes the name twice: 'plus+sign' quoted once reads as 'plus sign'."""
+    from pulsar_migration.admin import schema_seg, seg
+
+    assert seg("plus+sign") == "plus%2Bsign" and schema_seg("plus+sign") == "plus%252Bsign"
+    assert schema_seg("per%cent") == "per%2525cent" and schema_seg("plain-name") == "plain-name"

@@ -203,9 +203,9 @@ public final class EntryCopy {
         SchemaLookup(String adminUrl, String token, JsonNode tls, String baseTopic) {
             TopicName tn = TopicName.get(baseTopic);
             this.adminUrl = adminUrl.replaceAll("/+$", "");
+            // Encoded twice: the broker's schemas resource decodes the name twice ('a+b' once encoded is 'a b').
             this.url = this.adminUrl + "/admin/v2/schemas/" + tn.getTenant() + "/"
-                    + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
-                    + "/schema/";
+                    + tn.getNamespacePortion() + "/" + pathSegment(pathSegment(tn.getLocalName())) + "/schema/";
             this.token = token;
             this.tls = tls == null || tls.isNull() ? null : tls;
             this.name = baseTopic;
@@ -259,8 +259,8 @@ public final class EntryCopy {
         long[] positionAt(String topic, long timestamp) throws Exception {
             TopicName tn = TopicName.get(topic);
             HttpResponse<String> answer = get(adminUrl + "/admin/v2/persistent/" + tn.getTenant() + "/"
-                    + tn.getNamespacePortion() + "/" + URLEncoder.encode(tn.getLocalName(), StandardCharsets.UTF_8)
-                    + "/messageid/" + Math.max(0, timestamp));
+                    + tn.getNamespacePortion() + "/" + pathSegment(tn.getLocalName()) + "/messageid/"
+                    + Math.max(0, timestamp));
             if (answer.statusCode() != 200) {
                 return null;
             }
@@ -518,6 +518,11 @@ public final class EntryCopy {
 
     static long[] position(JsonNode node) {
         return node == null || node.isNull() ? null : new long[] {node.get(0).asLong(), node.get(1).asLong()};
+    }
+
+    /** One URL path segment (URLEncoder writes a space as '+', which a path keeps as '+'). */
+    static String pathSegment(String name) {
+        return URLEncoder.encode(name, StandardCharsets.UTF_8).replace("+", "%20");
     }
 
     static String text(JsonNode node, String field) {
