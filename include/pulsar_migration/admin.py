@@ -123,11 +123,12 @@ def seg(name: str) -> str:
     return quote(name, safe="")
 
 
-def schema_seg(topic: str) -> str:
-    """Quotes a topic's local name for the `/schemas/...` endpoints, which decode it twice (Pulsar 4.0's schemas
-    resource decodes the already decoded path parameter again): quoted once, a name with '%' or '+' was not found
-    there or named another topic ('a+b' read as 'a b')."""
-    return seg(seg(topic))
+def seg_twice(name: str) -> str:
+    """Quotes a topic's local name for the `/schemas/...` endpoints, or a subscription name in a topic's
+    `/subscription/...` paths: Pulsar 4.0 decodes those twice (the framework, then its own code again). Quoted once,
+    a name with '%' failed or was not found, and one with '+' named another ('a+b' read as 'a b': sync_metadata
+    created subscription 'a b' on the target)."""
+    return seg(seg(name))
 
 
 def base_topic(topic: str, partition: int) -> str:

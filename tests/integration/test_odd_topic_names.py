@@ -1,6 +1,7 @@
-"""Topic names Pulsar accepts but that need care in URLs: a space, '+', '%', '?', '#', ':' and '=', non-ASCII
-letters. Each topic holds Avro messages (the copy engine reads their schema over HTTP) and a subscription acked
-half way; the whole migration must carry them exactly, through the engine and through the Python path."""
+"""Topic and subscription names Pulsar accepts but that need care in URLs: a space, '+', '%', '?', '#', ':' and '=',
+non-ASCII letters. Each topic holds Avro messages (the copy engine reads their schema over HTTP) and four
+subscriptions, odd names among them, each acked to its own point; the whole migration must carry them exactly,
+through the engine and through the Python path."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pulsar
 import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar.schema import AvroSchema
-from pulsar_migration.admin import schema_seg
+from pulsar_migration.admin import seg, seg_twice
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
@@ -23,7 +24,8 @@ from tests.integration.test_replicate_topics import OrderV1, cleanup, content
 from tests.integration.test_sync_progress import drains_differ, progress_report, sync
 
 NAMES = ["with space", "plus+sign", "per%cent", "q?mark", "hash#tag", "colon:eq=ok", "ünïcode-заказы"]
-SUBSCRIPTIONS = {"half": (pulsar.ConsumerType.Exclusive, "cumulative")}
+# Subscription names decode twice in a topic's /subscription/ paths too: 'a+b' was created as 'a b' on the target.
+SUBSCRIPTIONS = {name: (pulsar.ConsumerType.Exclusive, "cumulative") for name in ("half", "a+b", "p%c", "sp ace")}
 
 
 @pytest.mark.parametrize("engine", ["java", "python"])
@@ -37,16 +39,17 @@ def test_topics_with_names_that_need_escaping_are_migrated_exactly(
         c = client(cluster_a)
         for name in NAMES:
             topic = f"persistent://{tenant}/ns/{name}"
-            consumer = c.subscribe(topic, "half", initial_position=pulsar.InitialPosition.Earliest)
+            consumers = [c.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest)
+                         for sub in SUBSCRIPTIONS]
             producer = c.create_producer(topic, schema=AvroSchema(OrderV1), batching_enabled=False)
             for i in range(20):
                 producer.send(OrderV1(id=i))
             producer.close()
-            for i in range(10):
-                message = consumer.receive(10_000)
-                if i == 9:
-                    consumer.acknowledge_cumulative(message)
-            consumer.close()
+            for k, consumer in enumerate(consumers):  # each subscription acked up to its own point
+                for _ in range(5 + k):
+                    message = consumer.receive(10_000)
+                consumer.acknowledge_cumulative(message)
+                consumer.close()
         c.close()
         assert sorted(admin_a.get(f"/persistent/{tenant}/ns")) == sorted(f"persistent://{tenant}/ns/{n}" for n in NAMES)
 
@@ -57,15 +60,16 @@ def test_topics_with_names_that_need_escaping_are_migrated_exactly(
         # not found and silently had none).
         assert json.loads((run_dir / "sync_metadata.json").read_text())["counts"]["schema.CREATE"] == len(NAMES)
         for name in NAMES:
-            path = f"/schemas/{tenant}/ns/{schema_seg(name)}/schemas"
+            path = f"/schemas/{tenant}/ns/{seg_twice(name)}/schemas"
             assert len(admin_b.get(path)["getSchemaResponses"]) == 1, name
+            assert sorted(admin_b.get(f"/persistent/{tenant}/ns/{seg(name)}/subscriptions")) == sorted(SUBSCRIPTIONS)
         assert replicate(spec, run_dir) == 0, replicate_report(run_dir).get("error")
         assert sync(spec, run_dir) == 0, progress_report(run_dir).get("error")
         for name in NAMES:
             topic = f"persistent://{tenant}/ns/{name}"
             assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic)), name
         differences, drained = drains_differ(cluster_a, cluster_b, tenant, SUBSCRIPTIONS, [f"ns/{n}" for n in NAMES])
-        assert differences == {} and drained == 10 * len(NAMES)
+        assert differences == {} and drained == sum(20 - 5 - k for k in range(len(SUBSCRIPTIONS))) * len(NAMES)
     finally:
         cleanup(tenant, admin_a, admin_b)
         admin_a.close()

@@ -75,7 +75,22 @@ def test_an_entry_the_owner_never_shows_gives_up_as_on_one_broker(first_broker: 
 
 def test_schema_paths_quote_the_topic_name_twice() -> None:
     """Pulsar's schemas resource decodes the name twice: 'plus+sign' quoted once reads as 'plus sign'."""
-    from pulsar_migration.admin import schema_seg, seg
+    from pulsar_migration.admin import seg, seg_twice
 
-    assert seg("plus+sign") == "plus%2Bsign" and schema_seg("plus+sign") == "plus%252Bsign"
-    assert schema_seg("per%cent") == "per%2525cent" and schema_seg("plain-name") == "plain-name"
+    assert seg("plus+sign") == "plus%2Bsign" and seg_twice("plus+sign") == "plus%252Bsign"
+    assert seg_twice("per%cent") == "per%2525cent" and seg_twice("plain-name") == "plain-name"
+
+
+def test_cursors_are_matched_to_subscriptions_by_their_decoded_names() -> None:
+    """internalStats lists cursors URL-encoded ('a+b' as 'a%2Bb', 'sp ace' as 'sp+ace'): each subscription still
+    finds its cursor (matched by the stored name, such subscriptions were left out of the sync)."""
+    from pulsar_migration.progress.cursors import cursor_states
+
+    names = {"a+b": "a%2Bb", "sp ace": "sp+ace", "p%c": "p%25c", "plain": "plain",
+             "заказы": "%D0%B7%D0%B0%D0%BA%D0%B0%D0%B7%D1%8B"}
+    stats = {"subscriptions": {name: {"type": "Exclusive", "isDurable": True} for name in names}}
+    internal = {"cursors": {stored: {"markDeletePosition": f"5:{i}", "individuallyDeletedMessages": "[]"}
+                            for i, stored in enumerate(names.values())}}
+    states = cursor_states("persistent://t/ns/x", stats, internal, 0)
+    assert sorted(states) == sorted(names)
+    assert [str(states[name].mark_delete) for name in names] == [f"5:{i}" for i in range(len(names))]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_migration import faults
-from pulsar_migration.admin import PulsarAdmin, seg
+from pulsar_migration.admin import PulsarAdmin, seg_twice
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def apply_cursor(admin: PulsarAdmin, client: Any, plan: CursorPlan, acks: Iterab
             names = ", ".join(sorted(str(c.get("consumerName") or "?") for c in consumers)[:3])
             raise ProgressError(f"subscription {plan.subscription} of {plan.topic} has {len(consumers)} consumer(s) "
                                 f"of its own on the target ({names}): stop them (or run the cutover) first")
-    sub_path = f"{path}/subscription/{seg(plan.subscription)}"
+    sub_path = f"{path}/subscription/{seg_twice(plan.subscription)}"
     if plan.subscription not in subs:
         start = ({"ledgerId": plan.reset_ledger, "entryId": plan.reset_entry} if plan.reset_ledger is not None
                  else {"ledgerId": -1, "entryId": -1})  # earliest

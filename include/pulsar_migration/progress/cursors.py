@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_plus
 
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.positions import AckRange, Position, parse_ack_ranges
@@ -52,7 +53,9 @@ def read_cursors(admin: PulsarAdmin, topic: str, stats: dict[str, Any] | None = 
 def cursor_states(topic: str, stats: dict[str, Any], internal: dict[str, Any],
                   read_at_ms: int) -> dict[str, CursorState]:
     """read_cursors over stats and internalStats already read."""
-    cursors = internal.get("cursors") or {}
+    # internalStats names each cursor as the managed ledger stores it, URL-encoded: subscription 'a+b' is cursor
+    # 'a%2Bb', 'sp ace' is 'sp+ace'. Matched by the stored name, such subscriptions were silently left out.
+    cursors = {unquote_plus(name): cursor for name, cursor in (internal.get("cursors") or {}).items()}
     states = {}
     for name, sub in sorted((stats.get("subscriptions") or {}).items()):
         if is_system_cursor(name) or not sub.get("isDurable", True) or name not in cursors:
