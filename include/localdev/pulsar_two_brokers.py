@@ -92,12 +92,17 @@ def start(cluster: LocalCluster, *, auth: bool, timeout_s: float = pulsar_local.
                               "--no-functions-worker", "--no-stream-storage"],
            {**env, "PULSAR_STANDALONE_CONF": str(first), "PULSAR_LOG_DIR": str(cluster.log_dir),
             "PULSAR_STANDALONE_USE_ZOOKEEPER": "1"}, work, cluster.log_dir)
-    _wait(cluster, cluster.admin(), timeout_s)
-    _spawn(_second_pid_file(cluster), [str(home / "bin" / "pulsar"), "broker"],
-           {**env, "PULSAR_BROKER_CONF": str(second), "PULSAR_LOG_DIR": str(cluster.root / "logs2")}, work,
-           cluster.root / "logs2")
-    _wait(cluster, PulsarAdmin(second_admin_url(cluster), token=cluster.superuser_token(),
-                                            timeout_s=5.0, retries=0, name=f"{cluster.name} (2nd)"), timeout_s)
+    try:
+        _wait(cluster, cluster.admin(), timeout_s)
+        _spawn(_second_pid_file(cluster), [str(home / "bin" / "pulsar"), "broker"],
+               {**env, "PULSAR_BROKER_CONF": str(second), "PULSAR_LOG_DIR": str(cluster.root / "logs2")}, work,
+               cluster.root / "logs2")
+        second_admin = PulsarAdmin(second_admin_url(cluster), token=cluster.superuser_token(), timeout_s=5.0,
+                                   retries=0, name=f"{cluster.name} (2nd)")
+        _wait(cluster, second_admin, timeout_s)
+    except LocalClusterError:
+        stop(cluster)  # nothing left running for a start that failed
+        raise
     pulsar_local.register_each_other([*pulsar_local.local_clusters(), cluster])
 
 
