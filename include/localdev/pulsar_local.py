@@ -370,20 +370,25 @@ def kill_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIME
 def stop_clusters(clusters: Iterable[LocalCluster], timeout_s: float = STOP_TIMEOUT_S) -> None:
     """Stops each cluster's whole process group: TERM, then KILL after the timeout."""
     for cluster in clusters:
-        pid = _read_pid(cluster)
-        if pid is None:
-            log.info("%s: not running", cluster.name)
-            cluster.pid_file.unlink(missing_ok=True)
-            continue
-        signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if alive(pid):
-            log.warning("%s: pid %d ignored SIGTERM for %.0fs; killing", cluster.name, pid, timeout_s)
-        signal_group(pid, signal.SIGKILL)  # also reaps anything the broker left in its group
-        cluster.pid_file.unlink(missing_ok=True)
-        log.info("%s: stopped", cluster.name)
+        stop_group(cluster.pid_file, cluster.name, timeout_s)
+
+
+def stop_group(pid_file: Path, name: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stops the process group whose leader `pid_file` names: TERM, then KILL after the timeout."""
+    pid = read_live_pid(pid_file)
+    if pid is None:
+        log.info("%s: not running", name)
+        pid_file.unlink(missing_ok=True)
+        return
+    signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if alive(pid):
+        log.warning("%s: pid %d ignored SIGTERM for %.0fs; killing", name, pid, timeout_s)
+    signal_group(pid, signal.SIGKILL)  # also reaps anything the broker left in its group
+    pid_file.unlink(missing_ok=True)
+    log.info("%s: stopped", name)
 
 
 def stop(count: int = DEFAULT_CLUSTER_COUNT) -> None:

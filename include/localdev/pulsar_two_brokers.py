@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 from pulsar_migration.admin import PulsarAdmin
 
 from localdev import pulsar_local
-from localdev.processes import alive, port_in_use, read_live_pid, signal_group
+from localdev.processes import port_in_use
 from localdev.pulsar_auth import LocalAuth
 from localdev.pulsar_dist import ensure_distribution
 from localdev.pulsar_local import LocalCluster, LocalClusterError
@@ -108,14 +107,7 @@ def start(cluster: LocalCluster, *, auth: bool, timeout_s: float = pulsar_local.
 
 def stop(cluster: LocalCluster) -> None:
     """Stops both brokers (the second first: it leans on the first's ZooKeeper and bookie)."""
-    pid = read_live_pid(_second_pid_file(cluster))
-    if pid is not None:
-        signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + pulsar_local.STOP_TIMEOUT_S
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        signal_group(pid, signal.SIGKILL)
-    _second_pid_file(cluster).unlink(missing_ok=True)
+    pulsar_local.stop_group(_second_pid_file(cluster), f"{cluster.name} (2nd)")
     pulsar_local.stop_clusters([cluster])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ class TlsSettings:
     cert_file: str | None = None
     key_file: str | None = None
 
+    def context(self) -> ssl.SSLContext:
+        return tls_context(self.verify, self.cert_file, self.key_file)
+
 
 def _transient(status: int, content: bytes) -> bool:
     """An answer of a topic in passing (TRANSIENT_ANSWERS): asked again for a while."""
@@ -131,6 +135,11 @@ def seg_twice(name: str) -> str:
     return seg(seg(name))
 
 
+def schema_path(tenant: str, namespace: str, local_name: str) -> str:
+    """`/schemas/t/ns/name` for the admin API, the topic's name quoted twice (seg_twice)."""
+    return f"/schemas/{seg(tenant)}/{seg(namespace)}/{seg_twice(local_name)}"
+
+
 def base_topic(topic: str, partition: int) -> str:
     """`persistent://t/ns/name-partition-N` -> `persistent://t/ns/name` for a partition (`partition` >= 0); a
     non-partitioned topic (-1) is its own base, whatever its name."""
@@ -149,6 +158,12 @@ def _header(headers: dict[str, str], name: str) -> str | None:
     return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
 
 
+def token_may_follow(old_url: str, new_url: str) -> bool:
+    """Whether a token sent to `old_url` goes along on a redirect to `new_url`: to any broker the cluster redirects to
+    (the topic's owner), but never from https to plain http."""
+    return not (urlparse(old_url).scheme == "https" and urlparse(new_url).scheme != "https")
+
+
 class ClusterSession(requests.Session):
     """A session that keeps its token on a broker's redirect to the topic's owner (another host or port of the
     cluster): requests drops it there, and every call about a topic the admin URL's broker does not own came back
@@ -156,7 +171,7 @@ class ClusterSession(requests.Session):
     the redirect would carry it from https to plain http."""
 
     def should_strip_auth(self, old_url: str, new_url: str) -> bool:
-        return urlparse(old_url).scheme == "https" and urlparse(new_url).scheme != "https"
+        return not token_may_follow(old_url, new_url)
 
 
 _SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\] (.*?)\s*\(_ssl\.c")
@@ -338,10 +353,11 @@ class PulsarAdmin:
         path = f"/admin/v2{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
         answer = self._kept_alive(entries=True).send("GET", path)
         hops = 0
-        while answer is not None and answer[0] in REDIRECT_STATUS and hops < MAX_REDIRECTS:
+        while answer is not None and answer[0] in REDIRECT_STATUS and hops < MAX_REDIRECTS \
+                and _header(answer[1], "Location"):
             # Another broker owns the topic: ask it with the same give-up (the full path would wait out its timeout
             # and retries on an entry the owner never shows).
-            location = urlsplit(urljoin(self.admin_url + path, _header(answer[1], "Location") or path))
+            location = urlsplit(urljoin(self.admin_url + path, _header(answer[1], "Location")))
             answer = self._kept_alive(entries=True, base=f"{location.scheme}://{location.netloc}").send(
                 "GET", location.path + (f"?{location.query}" if location.query else ""))
             hops += 1
@@ -372,11 +388,9 @@ class PulsarAdmin:
             return self._getter
 
     def _new_getter(self, timeout_s: float, base: str) -> KeepAliveGetter:
-        tls = self._tls or TlsSettings()
-        context = tls_context(tls.verify, tls.cert_file, tls.key_file) if base.startswith("https:") else None
+        context = (self._tls or TlsSettings()).context() if base.startswith("https:") else None
         auth = self._session.headers.get("Authorization")
-        # Never a token from an https admin URL to a plain http broker.
-        keep = auth and not (self.admin_url.startswith("https:") and not base.startswith("https:"))
+        keep = auth and token_may_follow(self.admin_url, base)
         return KeepAliveGetter(base, {"Authorization": str(auth)} if keep else {}, timeout_s, context)
 
     # -- clusters --------------------------------------------------------------------------------

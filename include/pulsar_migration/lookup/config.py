@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsar_migration.keepalive_get import tls_context
-
 CONFIG_ENV = "PM_LOOKUP_CONFIG"
 DEFAULT_TOKEN_ENV = "PM_LOOKUP_ADMIN_TOKEN"
 # C++ and Java clients time a lookup out after 30 s (operationTimeout): a parked lookup must be answered
@@ -53,10 +51,9 @@ class ClusterTarget:
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """What the forwarding client verifies this cluster with (True: the system's trust store)."""
-        if not self.tls:
-            return True
-        verify = False if self.tls.get("allow_insecure") else (self.tls.get("trust_certs_file") or True)
-        return tls_context(verify, self.tls.get("cert_file"), self.tls.get("key_file"))
+        from pulsar_migration.spec import TlsSpec  # the spec's reading of the same four keys
+
+        return TlsSpec(**self.tls).settings().context() if self.tls else True
 
     def token(self) -> str | None:
         if not self.token_env:

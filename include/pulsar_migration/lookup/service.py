@@ -39,6 +39,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
+from pulsar_migration.admin import MAX_REDIRECTS, token_may_follow
 from pulsar_migration.lookup.config import LookupConfig
 from pulsar_migration.lookup.metrics import Metrics
 from pulsar_migration.lookup.store import RouteStore
@@ -49,7 +50,6 @@ DOMAINS = ("persistent", "non-persistent")
 TRANSIENT_STATUS = frozenset({500, 502, 503})
 TRANSIENT_RETRY_FIRST_S = 0.025
 TRANSIENT_RETRY_MAX_S = 0.4
-MAX_REDIRECTS = 5
 # The admin API's bodies are a few hundred bytes; anything far larger is a mistake or an attack, refused
 # (413) before it is read into memory.
 MAX_BODY_BYTES = 64 * 1024
@@ -172,8 +172,8 @@ async def get_following(http: httpx.AsyncClient, url: str, headers: dict[str, st
         if not resp.is_redirect or "location" not in resp.headers:
             break
         target = resp.url.join(resp.headers["location"])
-        if resp.url.scheme == "https" and target.scheme != "https":
-            break  # never carry a token from https to plain http: the client gets the redirect
+        if not token_may_follow(str(resp.url), str(target)):
+            break  # the client gets the redirect
         resp = await http.get(target, headers=headers)
     return resp
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pulsar_migration.admin import AdminError, Conflict, PulsarAdmin, seg, seg_twice
+from pulsar_migration.admin import AdminError, Conflict, PulsarAdmin, schema_path, seg, seg_twice
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.inventory import TOKEN_AUTH_PLUGIN
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CREATE
@@ -168,7 +168,7 @@ class ChangeApplier:
         ns, topic = c.key.split("/", 1)
         # In order: each post becomes the next version, under the namespace's compatibility strategy.
         for schema in body["versions"]:
-            admin.post(f"/schemas/{self.tenant}/{seg(ns)}/{seg_twice(topic)}/schema",
+            admin.post(f"{schema_path(self.tenant, ns, topic)}/schema",
                        {"type": schema["type"], "schema": schema["data"], "properties": schema["properties"]})
 
     def _apply_subscription(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:

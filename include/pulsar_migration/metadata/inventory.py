@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg, seg_twice
+from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, schema_path, seg
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepFailed
@@ -256,7 +256,7 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
         rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace,
                                   {"properties": sub_stats.get("subscriptionProperties") or {}}))
     try:
-        history = admin.get(f"/schemas/{seg(tenant)}/{seg(ref.namespace)}/{seg_twice(ref.topic)}/schemas")
+        history = admin.get(f"{schema_path(tenant, ref.namespace, ref.topic)}/schemas")
     except NotFound:
         history = None
     versions = sorted((history or {}).get("getSchemaResponses") or [], key=lambda v: int(v["version"]))

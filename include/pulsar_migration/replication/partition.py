@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import EntryUnanswered, NotFound, PulsarAdmin, base_topic, seg, seg_twice
+from pulsar_migration.admin import EntryUnanswered, NotFound, PulsarAdmin, base_topic, schema_path
 from pulsar_migration.positions import MessageIdInfo, Position, PositionError, SourceTag
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import (
@@ -334,8 +334,7 @@ class SchemaCache:
 
     def __init__(self, admin: PulsarAdmin, base_topic: str) -> None:
         self.admin = admin
-        tenant, namespace, local = base_topic.split("://", 1)[1].split("/", 2)
-        self.path = f"/schemas/{seg(tenant)}/{seg(namespace)}/{seg_twice(local)}"
+        self.path = schema_path(*base_topic.split("://", 1)[1].split("/", 2))
         self.name = base_topic
         self._cache: dict[int, Any] = {}
 

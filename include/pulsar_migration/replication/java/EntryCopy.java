@@ -222,9 +222,9 @@ public final class EntryCopy {
                 }
                 String cert = text(tls, "cert_file");
                 String key = text(tls, "key_file");
+                boolean pair = cert != null && key != null;  // as client(): a certificate goes with its key only
                 builder.sslContext(org.apache.pulsar.common.util.SecurityUtility.createSslContext(insecure,
-                        text(tls, "trust_certs_file"), cert != null && key != null ? cert : null,
-                        cert != null && key != null ? key : null, null));
+                        text(tls, "trust_certs_file"), pair ? cert : null, pair ? key : null, null));
             }
             return builder.build();
         }
