@@ -36,7 +36,7 @@ from tests.dags.conftest import AirflowTestDb
 from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import start_service
-from tests.integration.tenant_builders import snapshot, write_spec
+from tests.integration.tenant_builders import drop_tenant, snapshot, write_spec
 
 DAG_ID = "pulsar_tenant_migration"
 TOPIC, SUBSCRIPTION = "billing/invoices", "invoicer"  # 8 partitions, no schema (build_rich_tenant)
@@ -235,9 +235,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
     finally:
         if lookup.proc is not None and lookup.proc.poll() is None:
             lookup.stop()
-        for admin in (admin_d, admin_e):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_d, admin_e)
 
 
 def pulsar_admin(auth: LocalAuth, cluster: LocalCluster, role: str | None, *args: str
@@ -267,7 +265,7 @@ def bad_token_spec(auth_pair: tuple[LocalCluster, LocalCluster], tmp_path: Path,
     try:
         yield tenant, spec
     finally:
-        admin_d.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_d)
 
 
 @pytest.mark.parametrize("case", ["expired target token", "garbage source token", "tenant role as target"])

@@ -25,6 +25,7 @@ from tests.dags.conftest import AirflowTestDb
 from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.replication_helpers import client, drain
+from tests.integration.tenant_builders import drop_tenant
 
 DAG_ID = "pulsar_tenant_migration"
 MESSAGES = 40
@@ -72,9 +73,7 @@ def test_the_migration_runs_on_a_spark_standalone_cluster(
     try:
         check_the_copy_on_standalone(cluster_a, cluster_b, tenant, master, work)
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_a, admin_b)
 
 
 def check_the_copy_on_standalone(cluster_a: LocalCluster, cluster_b: LocalCluster, tenant: str, master: str,

@@ -37,7 +37,7 @@ from pulsar_migration.dag_support import run_dir
 from tests.conftest import unique
 from tests.integration.airflow_helpers import free_port_block, listening, marked
 from tests.integration.lookup_helpers import TOKEN, start_service
-from tests.integration.tenant_builders import snapshot
+from tests.integration.tenant_builders import drop_tenant, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def tenant(admin_a: PulsarAdmin, cluster_a: LocalCluster) -> Iterator[str]:
     admin_a.put(f"/namespaces/{name}/ns")
     admin_a.put(f"/persistent/{name}/ns/orders/partitions", 2)
     yield name
-    admin_a.delete(f"/tenants/{name}", params={"force": "true"})
+    drop_tenant(name, admin_a)
 
 
 def login(page: Page, url: str) -> None:

@@ -40,7 +40,7 @@ from pyspark.sql import SparkSession
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, replicate
 from tests.integration.replication_helpers import drain as drain_reader
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 from tests.integration.test_sync_progress import progress_report, receive_all, sync
 
 
@@ -161,9 +161,7 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
             held.kill()
             held.wait(timeout=30)
     finally:
-        for admin in (admin_c, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_c, admin_b)
         admin_c.close()
 
 
@@ -268,9 +266,7 @@ def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_th
             assert [m["data"] for m in drain_reader(cluster_b, topic)] == written[topic] == sees_hidden(
                 cluster_c, topic), topic
     finally:
-        for admin in (admin_c, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_c, admin_b)
         admin_c.close()
 
 
@@ -365,8 +361,7 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
         assert set(target - source) == partial and sum((target - source).values()) == 30  # exactly those again
     finally:
         for admin in (admin_c, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            drop_tenant(tenant, admin)
             admin.close()
 
 
@@ -425,8 +420,7 @@ def test_a_cluster_killed_mid_copy_fails_with_one_line_and_a_rerun_heals(
         for cluster in (source, target):
             admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
             with contextlib.suppress(Exception):  # cluster-c may be down when the test failed: keep its error
-                if tenant in admin.get("/tenants"):
-                    admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+                drop_tenant(tenant, admin)
             admin.close()
         admin_src.close()
 
@@ -559,8 +553,7 @@ def test_a_migration_through_slow_and_cut_connections_is_exact_and_a_dead_link_g
     finally:
         for admin in (admin_a, admin_c):
             with contextlib.suppress(Exception):
-                if tenant in admin.get("/tenants"):
-                    admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+                drop_tenant(tenant, admin)
             admin.close()
 
 

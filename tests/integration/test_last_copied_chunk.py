@@ -12,6 +12,7 @@ from pulsar_migration.replication.partition import last_copied
 
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, source_tenant
+from tests.integration.tenant_builders import drop_tenant
 
 
 def test_a_chunked_last_message_gives_its_source_tag(admin_b: PulsarAdmin, cluster_b: LocalCluster) -> None:
@@ -35,4 +36,4 @@ def test_a_chunked_last_message_gives_its_source_tag(admin_b: PulsarAdmin, clust
         assert tag.encode() == "7:3:-1:0:7:2"
     finally:
         c.close()
-        admin_b.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_b)

@@ -21,6 +21,7 @@ from pulsar_migration.admin import PulsarAdmin
 
 from tests.conftest import unique
 from tests.integration.lookup_helpers import HOLD_TIMEOUT_S, TOKEN, LookupProcess, start_service
+from tests.integration.tenant_builders import drop_tenant
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def tenant(cluster_a: LocalCluster, cluster_b: LocalCluster) -> Iterator[str]:
         admin.put(f"/persistent/{name}/ns/parts/partitions", 2)
     yield name
     for admin in admins:
-        admin.delete(f"/tenants/{name}", params={"force": "true"})
+        drop_tenant(name, admin)
         admin.close()
 
 

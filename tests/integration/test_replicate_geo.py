@@ -26,7 +26,7 @@ from tests.conftest import unique
 from tests.integration.replication_helpers import GEO_PROPERTY, client, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,7 @@ def teardown(tenant: str, admin_a: PulsarAdmin, admin_b: PulsarAdmin, source: st
                     name.startswith("pulsar.repl.")
                     for name in admin_a.get(f"{admin_a.topic_path(topic)}/internalStats")["cursors"]):
                 time.sleep(0.2)
-    for admin in (admin_a, admin_b):
-        if tenant in admin.get("/tenants"):
-            admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+    drop_tenant(tenant, admin_a, admin_b)
 
 
 @pytest.fixture

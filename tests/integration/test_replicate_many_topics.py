@@ -18,7 +18,7 @@ from tests.conftest import unique
 from tests.integration.replication_helpers import client, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 
 NAMESPACES = ("ns0", "ns1", "ns2")
 TOPICS_PER_NAMESPACE = 20
@@ -92,6 +92,4 @@ def test_many_small_topics_copy_in_one_engine_process_and_a_rerun_copies_only_wh
         assert set(position_map["topic"]) == set(filled) | {partitions[0]}
     finally:
         c.close()
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_a, admin_b)

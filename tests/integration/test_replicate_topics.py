@@ -26,7 +26,7 @@ from tests.conftest import spark_submit, unique
 from tests.integration.replication_helpers import client, delivery_time_ms, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 
 CHUNK_BYTES = 6 * 1024 * 1024  # above the broker's 5 MiB message limit: sent as chunks
 
@@ -80,9 +80,7 @@ def produce_unbatched(cluster: LocalCluster, topic: str, count: int, keys: int =
 
 
 def cleanup(tenant: str, *admins: PulsarAdmin) -> None:
-    for admin in admins:
-        if tenant in admin.get("/tenants"):
-            admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+    drop_tenant(tenant, *admins)
 
 
 @pytest.fixture(scope="module")

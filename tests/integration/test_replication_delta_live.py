@@ -10,6 +10,7 @@ from pulsar_migration.replication.step import pending_across_ledgers
 
 from tests.conftest import unique
 from tests.integration.replication_helpers import client
+from tests.integration.tenant_builders import drop_tenant
 
 
 def test_entries_after_a_position_are_counted_across_a_reload(cluster_a: LocalCluster) -> None:
@@ -36,5 +37,5 @@ def test_entries_after_a_position_are_counted_across_a_reload(cluster_a: LocalCl
         assert pending_across_ledgers(stats, after, upper) == 20 + 20  # a10..a29, then all of b
         assert pending_across_ledgers(stats, after, Position(second[4].ledger_id(), second[4].entry_id())) == 25
     finally:
-        admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin)
         admin.close()

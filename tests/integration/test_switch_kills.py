@@ -33,7 +33,7 @@ from tests.conftest import kill_at_fault_point, spark_submit, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import client, drain, replicate
 from tests.integration.stale_client import StaleProducer
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 from tests.integration.test_sync_progress import receive_all, sync
 
 BOUNDARIES = ("hold", "fence", "final_replicate", "flip")
@@ -101,8 +101,7 @@ def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
     finally:
         service.stop()
         for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            drop_tenant(tenant, admin)
             admin.close()
 
 

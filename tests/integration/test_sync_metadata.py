@@ -15,7 +15,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import spark_submit, unique
-from tests.integration.tenant_builders import snapshot, write_spec
+from tests.integration.tenant_builders import drop_tenant, snapshot, write_spec
 
 
 def sync(spec: Path, run_dir: Path, *extra: str) -> int:
@@ -213,9 +213,7 @@ def test_scale_500_topics(spark: SparkSession, cluster_a: LocalCluster, cluster_
         assert sync(spec, tmp_path / "run2") == 0
         assert report(tmp_path / "run2")["counts"]["topic.NOOP"] == SCALE_TOPICS
     finally:  # so many topics per run would pile up on a developer's long-lived clusters
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_a, admin_b)
 
 
 def test_verification_detects_a_target_that_drifted(
@@ -323,6 +321,4 @@ def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
         assert sync(spec, tmp_path / "third") == 0
         assert report(tmp_path / "third")["counts"]["applied"] == 0
     finally:
-        for admin in (admin_a, admin_b):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin_a, admin_b)

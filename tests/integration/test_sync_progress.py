@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import kill_at_fault_point, unique
 from tests.integration.replication_helpers import client, replicate
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 
 TOPICS = {"ns/batched3": 3, "ns/plain1": 1, "ns/mixed": 0}
 HOLES_TOPIC = "ns/holes"
@@ -209,8 +209,7 @@ def migrated(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
     assert replicate(spec, run_dir) == 0
     yield {"tenant": tenant, "spec": spec, "run": run_dir, "admin_a": admin_a, "admin_b": admin_b}
     for admin in (admin_a, admin_b):
-        if tenant in admin.get("/tenants"):
-            admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+        drop_tenant(tenant, admin)
         admin.close()
 
 

@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import unique
 from tests.integration.replication_helpers import client, drain, replicate, replicate_report
-from tests.integration.tenant_builders import write_spec
+from tests.integration.tenant_builders import drop_tenant, write_spec
 from tests.integration.test_replicate_topics import OrderV1, OrderV2, content, partitions, shape
 from tests.integration.test_sync_progress import ack_pattern, drains_differ, progress_report, subscribe, sync
 
@@ -117,8 +117,7 @@ def cleanup(tenant: str, *clusters: LocalCluster) -> None:
     for cluster in clusters:
         admin = cluster.admin(timeout_s=30)
         with contextlib.suppress(Exception):
-            if tenant in admin.get("/tenants"):
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
+            drop_tenant(tenant, admin)
         admin.close()
 
 
