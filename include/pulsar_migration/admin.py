@@ -21,6 +21,7 @@ import requests
 import requests.adapters
 import requests.structures
 
+from pulsar_migration import tokens
 from pulsar_migration.keepalive_get import KeepAliveGetter, tls_context
 from pulsar_migration.positions import Position
 
@@ -215,6 +216,7 @@ class PulsarAdmin:
         self.name = name or self.admin_url
         # Where the token came from ("the token in $VAR"), for the one line an auth failure prints; never the token.
         self.credential = credential or ("the token" if token else "no token")
+        self.token_expiry = tokens.expiry(token)  # the JWT's `exp`, to name it when the cluster refuses the token
         self.timeout_s = timeout_s
         self.retries = retries
         self._tls = tls
@@ -306,7 +308,9 @@ class PulsarAdmin:
             # Pulsar answers 401 both when it cannot authenticate the token (an HTML error page) and when the
             # role may not do the call (JSON "Unauthorized to ..."): only the body tells them apart.
             not_permitted = resp.status_code == 403 or reason.startswith("Unauthorized to")
+            expired = tokens.expired_note(self.token_expiry)
             why = ("its role lacks the permission (the tools need a superuser role)" if not_permitted
+                   else f"the token {expired}" if expired
                    else "the token is missing, wrong or expired")
             raise AuthRejected(f"cluster {self.name}: HTTP {resp.status_code} on {method} {path} with "
                                f"{self.credential}: {why}", resp.status_code, path)

@@ -14,6 +14,7 @@ import argparse
 import copy
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -24,6 +25,7 @@ from urllib.parse import urlparse
 
 import jsonschema
 
+from pulsar_migration import tokens
 from pulsar_migration.admin import PulsarAdmin, TlsSettings
 from pulsar_migration.throttle import Caps
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
     from pulsar_migration.lookup.client import LookupAdmin
 
+log = logging.getLogger(__name__)
 
 class SpecError(ValueError):
     """The spec is invalid or its environment is incomplete; the message is one line naming the problem."""
@@ -353,6 +356,12 @@ class ClusterSpec:
             raise SpecError(f"spec: environment variable {self.token_env} (token for {self.name}) is not set")
         return token
 
+    def expired_token_note(self) -> str | None:
+        """`the token in VAR (cluster X) expired at T` once its `exp` has passed (None otherwise, or without one)."""
+        token = os.environ.get(self.token_env) if self.token_env else None
+        expired = tokens.expired_note(tokens.expiry(token))
+        return f"the token in {self.token_env} (cluster {self.name}) {expired}" if expired else None
+
     def check_tls_files(self) -> None:
         """SpecError naming the first TLS file this cluster names that is missing or unreadable here."""
         for name, path in (self.tls.files() if self.tls else {}).items():
@@ -538,6 +547,15 @@ class MigrationSpec:
                 admin.check_credentials()
             finally:
                 admin.close()
+            warning = tokens.lifetime_warning(admin.token_expiry, f"cluster {name}: {admin.credential}")
+            if warning:
+                log.warning("%s", warning)
+
+    def expired_tokens_note(self) -> str | None:
+        """Why a run that stopped may have stopped: the source's or target's token expired while it ran."""
+        notes = [note for name in dict.fromkeys([self.source, self.target])
+                 if (note := self.clusters[name].expired_token_note())]
+        return "; ".join(notes) if notes else None
 
     # -- (de)serialisation -----------------------------------------------------------------------
 

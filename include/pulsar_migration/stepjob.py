@@ -192,6 +192,9 @@ def _run(step: str, body: Callable[[StepContext], None], args: argparse.Namespac
         return FAILED_EXIT, f"error: {step}: cannot create run dir {args.run_dir}: {_one_line(_reason(exc))}"
 
     error, code = _run_body(step, body, ctx)
+    expired = spec.expired_tokens_note() if error is not None and "expired at" not in error else None
+    if expired:  # the cause, whatever the failure looked like where it surfaced; first, as the line may be cut
+        error = _one_line(f"{expired} during the run (a re-run with a fresh token resumes): {error}")
     if error is None:
         # A dry run's body may set its own verdict; otherwise it planned.
         dry_verdict = "planned" if report.verdict == "running" else report.verdict

@@ -279,7 +279,8 @@ def test_a_refused_token_is_one_line_naming_the_cluster_and_nothing_is_written(
     if case == "expired target token":
         bad = auth.create_token(SUPERUSER_ROLE, expiry="1s")
         time.sleep(2.5)
-        tokens, cluster, variable, why = {"PM_T_SOURCE": good, "PM_T_TARGET": bad}, target, "PM_T_TARGET", EXPIRED
+        tokens, cluster, variable, why = ({"PM_T_SOURCE": good, "PM_T_TARGET": bad}, target, "PM_T_TARGET",
+                                          "the token expired at 20")  # its `exp`, read from the token
     elif case == "garbage source token":
         bad = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJub2JvZHkifQ.c2lnbmF0dXJl"
         tokens, cluster, variable, why = {"PM_T_SOURCE": bad, "PM_T_TARGET": good}, source, "PM_T_SOURCE", EXPIRED
@@ -301,6 +302,28 @@ def test_a_refused_token_is_one_line_naming_the_cluster_and_nothing_is_written(
     assert bad not in out + err and good not in out + err
     assert not (tmp_path / "run").exists()  # refused before the run dir, let alone a cluster, was touched
     assert tenant not in target.admin(timeout_s=30).get("/tenants")
+
+
+def test_a_token_ending_within_the_hour_is_named_at_the_start_and_the_step_runs(
+    bad_token_spec: tuple[str, Path], auth: LocalAuth, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """A run that may outlive its token is told so before it starts (the expiry read from the token's claims);
+    the token still works, so the step runs."""
+    _, spec = bad_token_spec
+    short = auth.create_token(SUPERUSER_ROLE, expiry="30m")
+    monkeypatch.setenv("PM_T_SOURCE", auth.token(SUPERUSER_ROLE))
+    monkeypatch.setenv("PM_T_TARGET", short)
+    with caplog.at_level("WARNING"):
+        code = run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "run"),
+                                                         "--dry-run"])
+    assert code == 0
+    warned = [r.getMessage() for r in caplog.records if "expires at" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("cluster cluster-e: the token in PM_T_TARGET expires at 20"), warned[0]
+    assert " in 30 min" in warned[0] or " in 29 min" in warned[0], warned[0]
+    out, err = capfd.readouterr()
+    assert short not in out + err + caplog.text
 
 
 def test_pulsar_admin_without_a_token_is_refused(auth_pair: tuple[LocalCluster, LocalCluster],

@@ -75,6 +75,23 @@ def test_step_failed_exits_1_with_one_error_line(argv: list[str], capsys: pytest
     assert report.counts == {"topics": 3}
 
 
+def test_a_failure_after_a_token_expired_names_the_token_first(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_tokens import jwt
+
+    def body(ctx: StepContext) -> None:
+        monkeypatch.setenv("CLUSTER_B_TOKEN", jwt({"sub": "pm-admin", "exp": 1767323045}))  # gone while it ran
+        raise StepFailed("reading persistent://acme/ns/t-partition-0 stalled for 60s")
+
+    assert run_step(STEP, body, argv) == 1
+    assert _error_lines(capsys.readouterr().err) == [
+        f"error: {STEP}: the token in CLUSTER_B_TOKEN (cluster cluster-b) expired at 2026-01-02T03:04:05Z during "
+        "the run (a re-run with a fresh token resumes): reading persistent://acme/ns/t-partition-0 stalled for 60s"]
+    monkeypatch.setenv("CLUSTER_B_TOKEN", jwt({"sub": "pm-admin", "exp": 4102444800}))  # 2100: not the cause
+    assert run_step(STEP, lambda ctx: (_ for _ in ()).throw(StepFailed("stalled")), argv) == 1
+    assert _error_lines(capsys.readouterr().err) == [f"error: {STEP}: stalled"]
+
+
 def test_bad_input_exits_2_so_the_dag_does_not_retry(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     def body(ctx: StepContext) -> None:
         raise BadInput("tenant 'x' does not exist on cluster cluster-a")

@@ -1,0 +1,65 @@
+"""pulsar_migration.tokens: a token's expiry read from its JWT claims, the warning and the refusal's words."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from typing import Any
+
+import pytest
+from pulsar_migration import tokens
+
+NOW = datetime.datetime(2026, 11, 28, 8, 0, tzinfo=datetime.UTC)
+
+
+def jwt(claims: Any) -> str:
+    def part(value: Any) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+    return f"{part({'alg': 'HS256'})}.{part(claims)}.c2ln"
+
+
+def test_the_expiry_is_read_from_the_claims_without_the_key() -> None:
+    exp = int(NOW.timestamp()) + 600
+    assert tokens.expiry(jwt({"sub": "pm-admin", "exp": exp})) == NOW + datetime.timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("token", [None, "", "not-a-jwt", "a.b", jwt({"sub": "pm-admin"}), jwt({"exp": "soon"}),
+                                   jwt({"exp": True}), jwt([1, 2]), "x.%%%.y", "x.bm90IGpzb24.y", jwt({"exp": 1e300})])
+def test_tokens_without_a_readable_expiry_have_none(token: str | None) -> None:
+    assert tokens.expiry(token) is None
+
+
+def test_an_expired_token_is_named_with_its_time_and_a_live_one_is_not() -> None:
+    past = NOW - datetime.timedelta(seconds=5)
+    assert tokens.expired_note(past, NOW) == "expired at 2026-11-28T07:59:55Z"
+    assert tokens.expired_note(NOW + datetime.timedelta(seconds=5), NOW) is None
+    assert tokens.expired_note(None, NOW) is None
+
+
+def test_a_token_ending_within_the_hour_gets_one_warning_line() -> None:
+    soon = NOW + datetime.timedelta(minutes=12)
+    line = tokens.lifetime_warning(soon, "cluster b: the token in PM_T", NOW)
+    assert line is not None
+    assert line.startswith("cluster b: the token in PM_T expires at 2026-11-28T08:12:00Z, in 12 min")
+    assert "\n" not in line
+    assert tokens.lifetime_warning(NOW + tokens.EXPIRY_WARNING + datetime.timedelta(seconds=1), "x", NOW) is None
+    assert tokens.lifetime_warning(NOW - datetime.timedelta(seconds=1), "x", NOW) is None  # refused, not warned
+    assert tokens.lifetime_warning(None, "x", NOW) is None
+
+
+def test_a_refusal_of_an_expired_token_names_its_expiry_and_other_refusals_keep_their_words() -> None:
+    from pulsar_migration.admin import AuthRejected, PulsarAdmin
+
+    from tests.unit.test_admin_errors import _Answers
+
+    refusal = b"<html><body>HTTP ERROR 401 Unauthorized</body></html>"
+    gone = jwt({"sub": "pm-admin", "exp": int(datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC).timestamp())})
+    for token, why in ((gone, "the token expired at 2026-01-02T03:04:05Z"),
+                       (jwt({"sub": "pm-admin"}), "the token is missing, wrong or expired")):
+        client = PulsarAdmin("http://127.0.0.1:1", token=token, name="cluster-b", credential="the token in PM_T")
+        client._session = _Answers([(401, refusal)])  # type: ignore[assignment]
+        with pytest.raises(AuthRejected) as raised:
+            client.get("/tenants")
+        assert str(raised.value) == f"cluster cluster-b: HTTP 401 on GET /tenants with the token in PM_T: {why}"
+        assert token not in str(raised.value)
