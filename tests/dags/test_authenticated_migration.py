@@ -30,6 +30,7 @@ from pulsar_migration.admin import AuthRejected, PulsarAdmin
 from pulsar_migration.dag_support import run_dir
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
+from pyspark.sql import SparkSession
 
 from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
@@ -306,14 +307,16 @@ def test_a_refused_token_is_one_line_naming_the_cluster_and_nothing_is_written(
 
 def test_a_token_ending_within_the_hour_is_named_at_the_start_and_the_step_runs(
     bad_token_spec: tuple[str, Path], auth: LocalAuth, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], tmp_path: Path, spark: SparkSession,
 ) -> None:
     """A run that may outlive its token is told so before it starts (the expiry read from the token's claims);
     the token still works, so the step runs."""
     _, spec = bad_token_spec
     short = auth.create_token(SUPERUSER_ROLE, expiry="30m")
-    monkeypatch.setenv("PM_T_SOURCE", auth.token(SUPERUSER_ROLE))
-    monkeypatch.setenv("PM_T_TARGET", short)
+    # The driver reads the tokens from its environment, the session's Python workers (started earlier) from this.
+    for name, value in (("PM_T_SOURCE", auth.token(SUPERUSER_ROLE)), ("PM_T_TARGET", short)):
+        monkeypatch.setenv(name, value)
+        monkeypatch.setitem(spark.sparkContext.environment, name, value)
     with caplog.at_level("WARNING"):
         code = run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "run"),
                                                          "--dry-run"])
