@@ -45,7 +45,7 @@ demo: venv
 # clusters are started first so the workers find them running instead of racing to start them.
 test: venv clusters-up
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 --dist loadfile tests
+	$(PY) -m pytest -n 3 --dist loadfile tests
 
 lint: venv
 	$(PY) -m ruff check .
