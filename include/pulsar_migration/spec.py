@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class SpecError(ValueError):
     """The spec is invalid or its environment is incomplete; the message is one line naming the problem."""
 
