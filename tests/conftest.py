@@ -125,26 +125,3 @@ def kill_at_fault_point(step: str, spec: Path, run_dir: Path, point: str, n: int
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
 
-
-
-# The longest modules first (seconds measured in a clean-clone run, three workers): `--dist loadfile` hands modules
-# out in collection order, so a long one collected late would run alone at the end while the other workers idle.
-LONGEST_MODULES = {
-    "integration/test_cluster_c.py": 470, "integration/test_sync_progress.py": 347,
-    "integration/test_copy_chunked_engine.py": 321, "integration/test_switch_live.py": 263,
-    "integration/test_tls.py": 254, "integration/test_two_brokers.py": 233, "dags/test_authenticated_migration.py": 226,
-    "integration/test_copy_engine.py": 180, "integration/test_sync_metadata.py": 172,
-    "integration/test_source_ttl.py": 159, "integration/test_airflow_ui.py": 135,
-    "integration/test_replicate_topics.py": 129, "integration/test_switch_kills.py": 114,
-    "dags/test_spark_standalone_dag.py": 98,
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests_dir = Path(__file__).parent
-
-    def seconds(item: pytest.Item) -> int:
-        path = Path(str(item.fspath))
-        return LONGEST_MODULES.get(path.relative_to(tests_dir).as_posix(), 0) if path.is_relative_to(tests_dir) else 0
-
-    items.sort(key=lambda item: -seconds(item))  # stable: the order within a module and among the rest is kept
