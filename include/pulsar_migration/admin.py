@@ -13,6 +13,7 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin, urlparse, urlsplit
@@ -332,6 +333,22 @@ class PulsarAdmin:
 
     def delete(self, path: str, **kwargs: Any) -> Any:
         return self.request("DELETE", path, **kwargs)
+
+    def force_delete(self, path: str, refusals: Container[int], wait_s: float) -> None:
+        """Force-deletes `path`, asking again for up to `wait_s` while the broker answers a status in `refusals`
+        (a namespace or tenant whose topics are still going away); already gone counts as deleted."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.delete(path, params={"force": "true"}, expect_json=False)
+                return
+            except NotFound:
+                return
+            except AdminError as exc:
+                if exc.status not in refusals or time.monotonic() > deadline:
+                    raise
+                log.info("%s not deletable yet (HTTP %s): asking again", path, exc.status)
+                time.sleep(0.5)
 
     def topic_path(self, topic: str) -> str:
         """`persistent://t/ns/name` -> `/persistent/t/ns/name` with each segment quoted."""

@@ -4,12 +4,11 @@ compare clusters with a second implementation rather than the one under test."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from localdev.pulsar_local import LocalCluster
-from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin
+from pulsar_migration.admin import NotFound, PulsarAdmin
 
 # Namespace policies the rich tenant sets (non-default values), checked field by field on the target.
 NAMESPACE_POLICY_FIELDS = (
@@ -82,18 +81,11 @@ def write_spec(path: Path, tenant: str, a: LocalCluster, b: LocalCluster, **over
     return path
 
 
+SERVER_ERRORS = range(500, 600)
+
+
 def drop_tenant(tenant: str, *admins: PulsarAdmin, wait_s: float = 60.0) -> None:
     """Force-deletes `tenant` wherever it exists. The broker answers 500 while a compaction of the namespace's
     `__change_events` topic races the deletion ("Consumer connect fail"): asked again until `wait_s` passes."""
     for admin in admins:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                admin.delete(f"/tenants/{tenant}", params={"force": "true"})
-                break
-            except NotFound:
-                break
-            except AdminError as exc:
-                if exc.status is None or exc.status < 500 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        admin.force_delete(f"/tenants/{tenant}", SERVER_ERRORS, wait_s)

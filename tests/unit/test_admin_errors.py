@@ -93,3 +93,37 @@ def test_a_topic_between_owners_is_asked_again_and_other_412s_are_final(monkeypa
     with pytest.raises(admin_module.AdminError, match="active producers"):
         client.get("/persistent/t/ns/x/lastMessageId")
     assert client._session.calls == 1  # type: ignore[attr-defined]
+
+
+REFUSED = b'{"reason": "Cannot delete non empty namespace"}'
+
+
+def test_a_force_delete_asks_again_while_refused_and_counts_gone_as_deleted(monkeypatch) -> None:
+    from pulsar_migration import admin as admin_module
+
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
+    client._session = _Answers([(409, REFUSED)] * 3 + [(204, b"")])  # type: ignore[assignment]
+    client.force_delete("/namespaces/t/ns", {409}, wait_s=60)
+    assert client._session.calls == 4  # type: ignore[attr-defined]
+    client._session = _Answers([(404, b'{"reason": "Namespace does not exist"}')])  # type: ignore[assignment]
+    client.force_delete("/namespaces/t/ns", {409}, wait_s=60)
+    assert client._session.calls == 1  # type: ignore[attr-defined]
+
+
+def test_a_force_delete_raises_other_answers_at_once_and_refusals_after_its_wait(monkeypatch) -> None:
+    import pytest
+    from pulsar_migration import admin as admin_module
+
+    clock = iter(range(0, 1000, 5))
+    monkeypatch.setattr(admin_module.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
+    client._session = _Answers([(403, b'{"reason": "Unauthorized"}')])  # type: ignore[assignment]
+    with pytest.raises(admin_module.AdminError) as refused:
+        client.force_delete("/tenants/t", {409}, wait_s=60)
+    assert refused.value.status == 403 and client._session.calls == 1  # type: ignore[attr-defined]
+    client._session = _Answers([(409, REFUSED)])  # type: ignore[assignment]
+    with pytest.raises(admin_module.AdminError, match="non empty") as kept:
+        client.force_delete("/namespaces/t/ns", {409}, wait_s=30)
+    assert kept.value.status == 409 and 5 <= client._session.calls <= 8  # type: ignore[attr-defined]

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from typing import Any
 
-from pulsar_migration.admin import AdminError, NotFound, PulsarAdmin, seg
+from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
@@ -132,18 +131,7 @@ def run(ctx: StepContext) -> None:
 
 def delete_namespace(admin: PulsarAdmin, tenant: str, ns: str) -> None:
     """Deletes a namespace whose topics were just deleted, asking again while the broker still refuses."""
-    deadline = time.monotonic() + NAMESPACE_DELETE_WAIT_S
-    while True:
-        try:
-            admin.delete(f"/namespaces/{seg(tenant)}/{seg(ns)}", params={"force": "true"}, expect_json=False)
-            return
-        except NotFound:
-            return
-        except AdminError as exc:
-            if exc.status not in NAMESPACE_DELETE_REFUSALS or time.monotonic() > deadline:
-                raise
-            log.info("namespace %s/%s not deletable yet (HTTP %s): asking again", tenant, ns, exc.status)
-            time.sleep(0.5)
+    admin.force_delete(f"/namespaces/{seg(tenant)}/{seg(ns)}", NAMESPACE_DELETE_REFUSALS, NAMESPACE_DELETE_WAIT_S)
 
 
 def preconditions(ctx: StepContext) -> bool:
