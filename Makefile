@@ -41,7 +41,7 @@ airflow-stop: venv
 demo: venv
 	$(PY) -m localdev.demo
 
-# Two pytest workers, each test module whole and in order on one (cluster-c is used by one module only); the
+# Three pytest workers, each test module whole and in order on one (cluster-c is used by one module only); the
 # clusters are started first so the workers find them running instead of racing to start them.
 test: venv clusters-up
 	$(PY) -m ruff check .
