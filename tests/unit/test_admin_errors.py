@@ -37,15 +37,26 @@ class _Answers:
         return _response(body, status)
 
 
+def answering_client(monkeypatch, answers: list[tuple[int, bytes]], retries: int = 1,
+                     clock_step_s: int | None = None):
+    """A PulsarAdmin whose session answers `answers` in turn, never sleeping; with `clock_step_s`, its clock moves
+    that far at each reading (so a bounded wait ends after a known number of tries)."""
+    from pulsar_migration import admin as admin_module
+
+    if clock_step_s is not None:
+        clock = iter(range(0, 100_000, clock_step_s))
+        monkeypatch.setattr(admin_module.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
+    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=retries)
+    client._session = _Answers(answers)  # type: ignore[assignment]
+    return client
+
+
 RECOVERING = b'{"reason": "ManagedLedgerException: Error while recovering ledger error code: -10"}'
 
 
 def test_a_ledger_still_recovering_is_asked_again_past_the_usual_retries(monkeypatch) -> None:
-    from pulsar_migration import admin as admin_module
-
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
-    client._session = _Answers([(500, RECOVERING)] * 6 + [(200, b'{"msgInCounter": 7}')])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(500, RECOVERING)] * 6 + [(200, b'{"msgInCounter": 7}')])
     assert client.get("/persistent/t/ns/x/stats") == {"msgInCounter": 7}
     assert client._session.calls == 7  # type: ignore[attr-defined]
 
@@ -54,11 +65,7 @@ def test_a_ledger_that_never_recovers_fails_after_the_bounded_wait(monkeypatch) 
     import pytest
     from pulsar_migration import admin as admin_module
 
-    clock = iter(range(0, 1000, 5))
-    monkeypatch.setattr(admin_module.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
-    client._session = _Answers([(500, RECOVERING)])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(500, RECOVERING)], clock_step_s=5)
     with pytest.raises(admin_module.AdminError, match="Error while recovering ledger"):
         client.get("/persistent/t/ns/x/stats")
     # more than the usual 2 attempts, and no more than the 30 s wait allows (the clock moves 5 s a reading)
@@ -69,9 +76,7 @@ def test_other_server_errors_keep_the_usual_retries(monkeypatch) -> None:
     import pytest
     from pulsar_migration import admin as admin_module
 
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=2)
-    client._session = _Answers([(500, b'{"reason": "something else"}')])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(500, b'{"reason": "something else"}')], retries=2)
     with pytest.raises(admin_module.AdminError, match="something else"):
         client.get("/x")
     assert client._session.calls == 3  # type: ignore[attr-defined]
@@ -83,10 +88,8 @@ def test_a_topic_between_owners_is_asked_again_and_other_412s_are_final(monkeypa
     import pytest
     from pulsar_migration import admin as admin_module
 
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
     no_owner = b'{"reason": "Can\'t find owner for topic persistent://t/ns/x"}'
-    client._session = _Answers([(412, no_owner)] * 4 + [(200, b'{"ledgerId": 3, "entryId": 9}')])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(412, no_owner)] * 4 + [(200, b'{"ledgerId": 3, "entryId": 9}')])
     assert client.get("/persistent/t/ns/x/lastMessageId") == {"ledgerId": 3, "entryId": 9}
     assert client._session.calls == 5  # type: ignore[attr-defined]
     client._session = _Answers([(412, b'{"reason": "Topic has active producers"}')])  # type: ignore[assignment]
@@ -99,11 +102,7 @@ REFUSED = b'{"reason": "Cannot delete non empty namespace"}'
 
 
 def test_a_force_delete_asks_again_while_refused_and_counts_gone_as_deleted(monkeypatch) -> None:
-    from pulsar_migration import admin as admin_module
-
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
-    client._session = _Answers([(409, REFUSED)] * 3 + [(204, b"")])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(409, REFUSED)] * 3 + [(204, b"")])
     client.force_delete("/namespaces/t/ns", {409}, wait_s=60)
     assert client._session.calls == 4  # type: ignore[attr-defined]
     client._session = _Answers([(404, b'{"reason": "Namespace does not exist"}')])  # type: ignore[assignment]
@@ -115,11 +114,7 @@ def test_a_force_delete_raises_other_answers_at_once_and_refusals_after_its_wait
     import pytest
     from pulsar_migration import admin as admin_module
 
-    clock = iter(range(0, 1000, 5))
-    monkeypatch.setattr(admin_module.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(admin_module.time, "sleep", lambda _s: None)
-    client = admin_module.PulsarAdmin("http://127.0.0.1:1", retries=1)
-    client._session = _Answers([(403, b'{"reason": "Unauthorized"}')])  # type: ignore[assignment]
+    client = answering_client(monkeypatch, [(403, b'{"reason": "Unauthorized"}')], clock_step_s=5)
     with pytest.raises(admin_module.AdminError) as refused:
         client.force_delete("/tenants/t", {409}, wait_s=60)
     assert refused.value.status == 403 and client._session.calls == 1  # type: ignore[attr-defined]
