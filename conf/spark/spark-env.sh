@@ -5,6 +5,9 @@
 # start faster and spend far less CPU (one trivial spark-submit on the 2-core machine: 31.6 -> 18.6 CPU seconds).
 pm_jvm="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} $pm_jvm \"-Dspark.executor.extraJavaOptions=$pm_jvm\""
+# A standalone master and worker (spark-class reads SPARK_DAEMON_JAVA_OPTS, not SPARK_SUBMIT_OPTS) start the same
+# way: in the standalone DAG test, master + worker 35 -> 5 CPU seconds with the archive below.
+SPARK_DAEMON_JAVA_OPTS="${SPARK_DAEMON_JAVA_OPTS:-} $pm_jvm"
 #
 # The driver maps a class-data archive of Spark's classes (localdev.spark_cds records it in the Spark home at
 # set-up) instead of loading and verifying them from the jars: a trivial spark-submit 14.9 -> 9.4 CPU seconds.
@@ -17,5 +20,6 @@ if [[ -n "${PM_SPARK_CDS_RECORD:-}" ]]; then
   SPARK_SUBMIT_OPTS="$SPARK_SUBMIT_OPTS -XX:ArchiveClassesAtExit=$PM_SPARK_CDS_RECORD"
 elif [[ -f "${SPARK_HOME}/pm-driver-cds.jsa" ]]; then
   SPARK_SUBMIT_OPTS="$SPARK_SUBMIT_OPTS -XX:SharedArchiveFile=${SPARK_HOME}/pm-driver-cds.jsa"
+  SPARK_DAEMON_JAVA_OPTS="$SPARK_DAEMON_JAVA_OPTS -XX:SharedArchiveFile=${SPARK_HOME}/pm-driver-cds.jsa"
 fi
 unset pm_jvm

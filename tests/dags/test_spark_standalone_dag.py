@@ -17,8 +17,7 @@ from pathlib import Path
 import pulsar
 import pytest
 from localdev.pulsar_local import LocalCluster
-from localdev.spark_cds import ARCHIVE
-from localdev.spark_standalone import spark_home, standalone_cluster
+from localdev.spark_standalone import standalone_cluster
 from pulsar_migration.admin import PulsarAdmin
 
 from tests.conftest import unique
@@ -36,12 +35,6 @@ MESSAGES = 40
 def spark_master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     """A standalone cluster, and `spark_default` pointing at it (the environment beats the settings' DB row)."""
     work = tmp_path / "spark"
-    # The master's and the worker's JVMs start like the drivers (conf/spark/spark-env.sh reaches spark-submit only):
-    # the C1 JIT, the serial collector and Spark's class archive (ignored if it does not fit). Measured in this test
-    # on the busy 2-core machine: master + worker 35 -> 5 CPU s (a third of the test's CPU before).
-    archive = spark_home() / ARCHIVE
-    cds = f" -XX:SharedArchiveFile={archive}" if archive.is_file() else ""
-    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC{cds}")
     with standalone_cluster(work) as url:
         host, port = url.rsplit(":", 1)
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
