@@ -1,53 +1,105 @@
-"""rollback_lookup after a completed switch: the live clients of test_switch_live run through the lookup service
-while the tenant is migrated, switched to the target, publishes and consumes there, and is switched back. The
-source must then hold every acknowledged send exactly once in send order per partition (what was published on
-the target came back by the reverse copy), every subscription must have received everything, and a re-run of
-the rollback changes nothing."""
+"""The live cutover in copy mode and both ways back to the source, on one tenant whose live clients (those of
+test_switch_live: four subscription types, a batching and a plain producer, a producer of the distribution's Java
+client) run through the lookup service all along, one migration (sync_metadata, replicate_topics, sync_progress)
+serving all of it:
+
+1. a switch_lookup that fails before the flip (a client bypasses the lookup service) rolls back by itself: the
+   route stays on the source, released, and the clients carry on there;
+2. once the bypass is gone the switch succeeds while the Java producer publishes across it, judged as
+   test_switch_live judges its geo-mode cutover (the clients settled for it, then going on);
+3. the clients publish and consume on the target, and rollback_lookup switches them back; a re-run of the
+   rollback changes nothing.
+
+At the end the source must hold every acknowledged send of the whole run exactly once in send order per
+partition (what was published on the target came back by the reverse copy) and every subscription must have
+received everything."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any
 
+import pulsar
+import pytest
 from localdev.pulsar_local import LocalCluster
-from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
 from pulsar_migration.switch import rollback
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
-from tests.integration.lookup_helpers import TOKEN, LookupProcess
-from tests.integration.replication_helpers import replicate
-from tests.integration.tenant_builders import write_spec
-from tests.integration.test_switch_live import Clients, live, stored  # noqa: F401 (live: the fixture)
-from tests.integration.test_sync_progress import sync
+from tests.integration.lookup_helpers import LookupProcess
+from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixture)
+    Clients,
+    judge_the_cutover,
+    live,
+    live_spec,
+    migrate,
+    stored,
+    switch_with_java_publishing,
+    unload_floor,
+)
 
 log = logging.getLogger(__name__)
 
 
-def test_rollback_after_the_flip_brings_every_client_back_with_nothing_lost(
+def sent_from(clients: Clients, marks: dict[str, int]) -> dict[str, bool]:
+    """Per producer and per subscription: whether a send numbered from the producer's mark on was acknowledged,
+    respectively received."""
+    producer_of = {p.topic: p.name for p in clients.producers}
+    out = {p.name: any(n >= marks[p.name] for n in list(p.sent)) for p in clients.producers}
+    for c in clients.consumers:
+        name = producer_of[c.topic]
+        out[c.subscription] = any(int(payload.split(":")[1]) >= marks[name] for payload, _ in list(c.received))
+    return out
+
+
+def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_way(
         live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster,  # noqa: F811
-        spark: SparkSession) -> None:
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     service: LookupProcess = live["service"]
     tenant = live["tenant"]
     clients = Clients(service.url, tenant)
     clients.start()
-    spec = write_spec(live["tmp"] / "spec.json", tenant, cluster_a, cluster_b,
-                      lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
-    run_dir = live["tmp"] / "run"
+    # The injected fault of the first switch: one consumer talks to the source broker directly, not through the
+    # lookup service, so the fence never sees the source quiet.
+    bypass = pulsar.Client(cluster_a.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    bypass_open = True
+    bypass.subscribe(f"persistent://{tenant}/ns/events", "rogue", consumer_type=pulsar.ConsumerType.Shared)
+    spec, run_dir = live_spec(live, cluster_a, cluster_b, "copy", monkeypatch), live["tmp"] / "run"
     args = ["--spec", str(spec), "--run-dir", str(run_dir)]
-    os.environ["PM_TEST_LOOKUP_TOKEN"] = TOKEN
     try:
-        time.sleep(2)
-        assert run_step("sync_metadata", sync_metadata, args) == 0
-        assert replicate(spec, run_dir) == 0
-        assert sync(spec, run_dir) == 0
-        assert run_step(STEP, run, args) == 0
-        assert service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_b.name
+        floor = unload_floor(clients, live["admin_a"], tenant)
+        migrate(spec, run_dir)
+
+        # 1. The switch must give up, release the hold with the route unchanged ...
+        failed = run_step(STEP, run, args)
+        failed_report = json.loads((run_dir / f"{STEP}.json").read_text())
+        assert failed == 1 and failed_report["details"]["rolled_back"] is True, failed_report.get("error")
+        assert "rogue" in failed_report["error"]  # found by the fence's wait or by the quiet check after the delta
+        route = service.api("GET", f"/routes/{tenant}").json()
+        assert route["cluster"] == cluster_a.name and route["held"] is False
+        # ... and the clients go on at the source: every producer has sends after the failed switch acknowledged
+        # and every subscription receives them, while the route names the source unheld. (That nothing was lost
+        # or stored twice there is judged on the target after the switch and on the source at the end.)
+        after_failure = {p.name: p.next for p in clients.producers}
+        deadline = time.monotonic() + 60
+        while not all((carried_on := sent_from(clients, after_failure)).values()):
+            assert time.monotonic() < deadline, f"clients stalled at the source after the failed switch: {carried_on}"
+            time.sleep(0.5)
+        assert service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_a.name
+        bypass.close()
+        bypass_open = False
+
+        # 2. The switch, judged with the clients settled (producers paused, every send answered and received).
+        cutover = switch_with_java_publishing(live, spec, run_dir, clients)
+        clients.settle()
+        judge_the_cutover(live, cluster_a, cluster_b, "copy", clients, floor, cutover)
+        clients.resume()
+
+        # 3. The clients on the target, then the rollback.
         on_target_from = {p.name: p.next for p in clients.producers}
         time.sleep(8)  # the clients publish and consume on the target
         back_from = time.monotonic()
@@ -57,7 +109,8 @@ def test_rollback_after_the_flip_brings_every_client_back_with_nothing_lost(
         redelivered = clients.duplicates(back_from, time.monotonic())
         again = run_step(rollback.STEP, rollback.run, args)
     finally:
-        os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+        if bypass_open:
+            bypass.close()
         clients.finish()
     assert code == 0, report.get("error")
     assert report["counts"]["reverse_map_rows_seeded"] > 0 and report["details"]["hold_s"] > 0
@@ -82,6 +135,6 @@ def test_rollback_after_the_flip_brings_every_client_back_with_nothing_lost(
         assert max(counts.values()) == 1, f"{p.name}: stored twice: {[n for n, k in counts.items() if k > 1][:5]}"
         for part in mine:
             assert part == sorted(part), f"{p.name}: order broken in storage"
-    sent = {p.topic: {f"{p.name}:{n}" for n in p.sent} for p in clients.producers}
+    sent = clients.acknowledged()
     for c in clients.consumers:
         assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription
