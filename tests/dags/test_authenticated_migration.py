@@ -38,6 +38,7 @@ from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import start_service
 from tests.integration.tenant_builders import drop_tenant, snapshot, write_spec
+from tests.integration.test_tls import LEAN_JVM, lean_jvm
 
 DAG_ID = "pulsar_tenant_migration"
 TOPIC, SUBSCRIPTION = "billing/invoices", "invoicer"  # 8 partitions, no schema (build_rich_tenant)
@@ -57,7 +58,8 @@ def auth_pair(auth: LocalAuth) -> Iterator[tuple[LocalCluster, LocalCluster]]:
     pulsar_local.stop_clusters(pair)
     for cluster in pair:
         shutil.rmtree(cluster.root, ignore_errors=True)
-    pulsar_local.start_clusters(pair, auth=True)
+    with lean_jvm():  # C1 and the serial collector: half the start's CPU, nothing here depends on them
+        pulsar_local.start_clusters(pair, auth=True)
     yield pair[0], pair[1]
     pulsar_local.stop_clusters(pair)
     for cluster in pair:
@@ -242,7 +244,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
 def pulsar_admin(auth: LocalAuth, cluster: LocalCluster, role: str | None, *args: str
                  ) -> subprocess.CompletedProcess[str]:
     conf = auth.client_conf(role, cluster.admin_url, cluster.service_url) if role else None
-    env = {**os.environ, "PULSAR_MEM": "-Xms64m -Xmx256m"}
+    env = {**os.environ, "PULSAR_MEM": "-Xms64m -Xmx256m", **LEAN_JVM}
     if conf:
         env["PULSAR_CLIENT_CONF"] = str(conf)
     cmd = [str(auth.pulsar_home / "bin" / "pulsar-admin"), "--admin-url", cluster.admin_url, *args]

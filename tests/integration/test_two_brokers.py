@@ -27,7 +27,20 @@ from tests.integration.replication_helpers import replicate, replicate_report
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_topics import partitions
 from tests.integration.test_sync_progress import drains_differ, progress_report, sync
-from tests.integration.test_tls import MESSAGES, SUBSCRIPTIONS, TOPICS, assert_same_data, build_tenant, cleanup
+from tests.integration.test_tls import (
+    ENGINES,
+    MESSAGES,
+    SUBSCRIPTIONS,
+    TOPICS,
+    CopiedTenant,
+    acked_in,
+    assert_same_data,
+    build_tenant,
+    cleanup,
+    copy_per_engine,
+    lean_jvm,
+    topics_in,
+)
 
 TWO_BROKERS_INDEX = 6  # cluster-g: no other module uses it
 TOKEN_ENV = "PM_TEST_CLUSTER_G_TOKEN"
@@ -37,7 +50,8 @@ BUNDLES = 8
 @pytest.fixture(scope="module")
 def two_brokers(pulsar_clusters: list[LocalCluster], spark: SparkSession) -> Iterator[LocalCluster]:
     cluster = LocalCluster(TWO_BROKERS_INDEX)
-    pulsar_two_brokers.start(cluster, auth=True)
+    with lean_jvm():  # both brokers
+        pulsar_two_brokers.start(cluster, auth=True)
     # The token for the driver, and for the Python workers of the session already running (spark-submit under
     # the DAG gives both its environment).
     os.environ[TOKEN_ENV] = spark.sparkContext.environment[TOKEN_ENV] = cluster.superuser_token() or ""
@@ -62,34 +76,51 @@ def redirected(cluster: LocalCluster, topics: list[str]) -> None:
     assert pulsar_two_brokers.second_admin_url(cluster) in owners, owners
 
 
-def migrate(source: LocalCluster, target: LocalCluster, tenant: str, spec: Path, run_dir: Path,
-            target_redirects: bool = False) -> None:
-    assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-    if target_redirects:
-        redirected(target, list(partitions(tenant, TOPICS)))
-    assert replicate(spec, run_dir) == 0, replicate_report(run_dir).get("error")
-    assert sync(spec, run_dir) == 0, progress_report(run_dir).get("error")
+def synced(run_dir: Path) -> None:
+    """sync_progress (after the copy) lost and duplicated nothing."""
     counts = progress_report(run_dir)["counts"]
     assert counts["lost"] == 0 == counts["duplicated"], counts
-    assert assert_same_data(source, target, tenant) == MESSAGES + MESSAGES // 3 + 20
-    differences, drained = drains_differ(source, target, tenant, SUBSCRIPTIONS, ["ns/orders", "ns/single"])
+
+
+def judge(source: LocalCluster, target: LocalCluster, tenant: str, namespace: str = "ns") -> None:
+    """`namespace` is exact on the target: data, entry shapes, every subscription's drain."""
+    assert assert_same_data(source, target, tenant, namespace) == MESSAGES + MESSAGES // 3 + 20
+    differences, drained = drains_differ(source, target, tenant, SUBSCRIPTIONS, acked_in(namespace))
     assert differences == {} and drained > 0
 
 
-@pytest.mark.parametrize("engine", ["java", "python"])
-def test_a_tenant_on_the_second_of_two_brokers_moves_out(two_brokers: LocalCluster, cluster_b: LocalCluster,
-                                                    spark: SparkSession, tmp_path: Path, engine: str) -> None:
-    """From cluster-g (its second broker owns the tenant's topics: every call about them at the first is redirected,
-    the Avro topic's schema reads included) to cluster-b through the copy engine or the Python path: every step
-    exits 0 and the target is exact."""
-    tenant = unique(f"it-2b-out-{engine}")
+@pytest.fixture(scope="module")
+def copied_from_two_brokers(two_brokers: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
+                            tmp_path_factory: pytest.TempPathFactory) -> Iterator[CopiedTenant]:
+    """A tenant on cluster-g (the second broker owning topics of both namespaces before any step reads them)
+    migrated to cluster-b: sync_metadata once, each engine's namespace copied by that engine, one sync_progress
+    over both (neither sync_metadata nor sync_progress depends on the engine). Each step exits 0."""
+    tenant = unique("it-2b-out")
     try:
-        build_tenant(two_brokers, tenant, bundles=BUNDLES)
-        redirected(two_brokers, list(partitions(tenant, TOPICS)))
-        spec = spec_with(tmp_path / "spec.json", tenant, two_brokers, cluster_b, options={"copy_engine": engine})
-        migrate(two_brokers, cluster_b, tenant, spec, tmp_path / "run")
+        build_tenant(two_brokers, tenant, bundles=BUNDLES, namespaces=ENGINES)
+        for engine in ENGINES:
+            redirected(two_brokers, list(partitions(tenant, topics_in(engine))))
+        spec = spec_with(tmp_path_factory.mktemp("2b-out") / "spec.json", tenant, two_brokers, cluster_b)
+        run_dir = spec.with_name("run")
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        copied = copy_per_engine(tenant, spec, run_dir)
+        assert sync(spec, run_dir) == 0, progress_report(run_dir).get("error")
+        synced(run_dir)
+        yield copied
     finally:
         cleanup(tenant, two_brokers, cluster_b)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_tenant_on_the_second_of_two_brokers_moves_out(copied_from_two_brokers: CopiedTenant,
+                                                         two_brokers: LocalCluster, cluster_b: LocalCluster,
+                                                         engine: str) -> None:
+    """From cluster-g (its second broker owns the tenant's topics: every call about them at the first is redirected,
+    the Avro topic's schema reads included) to cluster-b through the copy engine or the Python path, each on its own
+    namespace of the tenant: every step exits 0 and the target is exact."""
+    copy = copied_from_two_brokers.copies[engine]
+    assert copy["verdict"] == "ok" and copy["details"]["copy_engine"] == engine, copy.get("error")
+    judge(two_brokers, cluster_b, copied_from_two_brokers.tenant, engine)
 
 
 def test_a_tenant_moves_onto_two_brokers(two_brokers: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
@@ -100,7 +131,13 @@ def test_a_tenant_moves_onto_two_brokers(two_brokers: LocalCluster, cluster_b: L
     try:
         build_tenant(cluster_b, tenant, bundles=BUNDLES)
         spec = spec_with(tmp_path / "spec.json", tenant, cluster_b, two_brokers)
-        migrate(cluster_b, two_brokers, tenant, spec, tmp_path / "run", target_redirects=True)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        redirected(two_brokers, list(partitions(tenant, TOPICS)))
+        assert replicate(spec, run_dir) == 0, replicate_report(run_dir).get("error")
+        assert sync(spec, run_dir) == 0, progress_report(run_dir).get("error")
+        synced(run_dir)
+        judge(cluster_b, two_brokers, tenant)
     finally:
         cleanup(tenant, cluster_b, two_brokers)
 
