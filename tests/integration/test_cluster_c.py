@@ -90,81 +90,6 @@ def transactional_produce(cluster: LocalCluster, topic: str, rounds: int) -> Non
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
-    cluster_c: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession, tmp_path: Path,
-) -> None:
-    """A source broker with transactions: the copy takes what consumers get (plain and committed messages) and
-    ends although the partition's last stored entry (the run's bound) is a marker no reader is given: the engine
-    waited for it and failed every run."""
-    pulsar_local.start_with_overrides(cluster_c, "transactionCoordinatorEnabled=true")
-    admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
-    tenant = unique("it-txn")
-    admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
-    admin_c.put(f"/namespaces/{tenant}/ns")
-    # A message TTL (far off): the copies watch for readers moved past stored entries (test_source_ttl.py), and
-    # the markers and aborted messages every reader is moved past are passed after one reading again each.
-    admin_c.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
-    admin_c.put(f"/persistent/{tenant}/ns/t/partitions", 2)
-    topic = f"persistent://{tenant}/ns/t"
-    parts = [f"{topic}-partition-{i}" for i in range(2)]
-    try:
-        transactional_produce(cluster_c, parts[0], 5)
-        transactional_produce(cluster_c, parts[1], 3)
-        last = admin_c.last_entry(parts[0])
-        assert admin_c.entry_headers(parts[0], last.ledger, last.entry).get("X-Pulsar-marker-type"), "the premise"
-
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
-        run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-        assert replicate(spec, run_dir) == 0
-        for part, rounds in zip(parts, (5, 3), strict=True):
-            expected = [f"{kind}-{i}".encode() for i in range(rounds) for kind in ("plain", "committed")]
-            assert [m["data"] for m in drain_reader(cluster_c, part)] == expected  # what the source delivers
-            assert [m["data"] for m in drain_reader(cluster_b, part)] == expected
-        first = json.loads((run_dir / "replicate_topics.json").read_text())
-        assert first["counts"]["mapped_entries"] == 16 and first["counts"]["reader_rereads"] > 0, first["counts"]
-        # Nothing new: past the map's end the partitions hold only markers and aborted messages (looked up).
-        assert replicate(spec, run_dir) == 0
-        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
-
-        # Again after more rounds, on the Python path this time (the cutover's final delta always takes it).
-        transactional_produce(cluster_c, parts[0], 2)
-        python_spec = write_spec(tmp_path / "python.json", tenant, cluster_c, cluster_b,
-                                 options={"copy_engine": "python"})
-        assert replicate(python_spec, run_dir) == 0
-        # Its range ends in a marker the reader is never given: looked up, not waited out (END_CONFIRM_S, 10 s).
-        copied = {p["topic"]: p for p in json.loads((run_dir / "replicate_topics.json").read_text())["details"][
-            "partitions"]}[parts[0]]
-        assert copied["copy_engine"] == "python" and copied["copy_s"] < reading.END_CONFIRM_S, copied
-        expected = [f"{kind}-{i}".encode() for i in (*range(5), *range(2)) for kind in ("plain", "committed")]
-        assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected
-        assert replicate(spec, run_dir) == 0  # and a run with nothing new finds both partitions unchanged
-        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
-
-        # A transaction left open holds back what follows it: a run copies up to it; the cutover's final delta (fenced)
-        # must not end there, since clients move to the target after it.
-        held = subprocess.Popen([*java_programs.command("TransactionalProduce", pulsar_home()),
-                                 cluster_c.service_url, parts[1], "0", "open"], stdout=subprocess.PIPE, text=True)
-        try:
-            assert held.stdout is not None
-            assert any(line.strip() == "READY" for line in held.stdout)  # the client logs to stdout too
-            assert replicate(spec, run_dir) == 0
-            assert [m["data"] for m in drain_reader(cluster_b, parts[1])][-1] == b"committed-2"  # nothing held back
-            end = posmap.ends_local(str(run_dir))[parts[1]]
-            job = PartitionJob(parts[1], "ns/t", 1, admin_c.last_entry(parts[1]), (end.target, end.source),
-                               fenced=True)
-            outcome, rows = copy_partition(MigrationSpec.load(str(spec)), job, dry_run=False, max_in_flight=100,
-                                           delivery_horizon_s=0)
-            assert outcome.status == "failed" and "before the source's end" in (outcome.error or ""), outcome.error
-            assert rows == []
-        finally:
-            held.kill()
-            held.wait(timeout=30)
-    finally:
-        drop_tenant(tenant, admin_c, admin_b)
-        admin_c.close()
-
-
 HIDDEN_EVERY = 3  # every third message carries the property the test filters reject (RejectTaggedEntries.java)
 
 
@@ -379,19 +304,25 @@ def test_a_cluster_killed_mid_copy_fails_with_one_line_and_a_rerun_heals(
     source, target = (cluster_a, batch_index_cluster) if gone == "target" else (batch_index_cluster, cluster_b)
     admin_src = PulsarAdmin(source.admin_url, name=source.name)
     tenant = unique(f"it-{gone}-gone")
-    total = 15_000  # cluster-c goes at about 3,000
+    # cluster-c goes at about 3,000 on the target; by then a source's reader may have read 5,000 more ahead (its
+    # queue): the copy is still busy with the rest.
+    total = 15_000
     try:
-        admin_src.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
-        admin_src.put(f"/namespaces/{tenant}/ns")
-        # A topic with neither a subscription nor retention keeps nothing past a ledger roll (here: the restart
-        # would trim what was written or copied); sync_metadata carries the policy to the target.
-        admin_src.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
-        admin_src.put(f"/persistent/{tenant}/ns/t")
+        # The source's tenant, and on the target what sync_metadata creates from it (that step is judged elsewhere;
+        # here it was a Spark job of 10-40 s a case): tenant, namespace, retention, topic. A topic with neither a
+        # subscription nor retention keeps nothing past a ledger roll (here: the restart would trim what was written
+        # or copied).
+        for cluster in (source, target):
+            admin = PulsarAdmin(cluster.admin_url, name=cluster.name)
+            admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster.name]})
+            admin.put(f"/namespaces/{tenant}/ns")
+            admin.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+            admin.put(f"/persistent/{tenant}/ns/t")
+            admin.close()
         topic = f"persistent://{tenant}/ns/t"
         produce_unbatched(source, topic, total, keys=5)
         spec = write_spec(tmp_path / "spec.json", tenant, source, target, options=SLOW_COPY)
         run_dir = tmp_path / "run"
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
         result: dict[str, int] = {}
         copier = threading.Thread(target=lambda: result.setdefault("code", replicate(spec, run_dir)))
         copier.start()
@@ -557,8 +488,10 @@ def test_a_migration_through_slow_and_cut_connections_is_exact_and_a_dead_link_g
             admin.close()
 
 
-def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_index_cluster: LocalCluster) -> None:
-    """Last in the module, on the cluster its fixture started fresh (one start of cluster-c saved)."""
+def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_index_cluster: LocalCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Late in the module, on the cluster its fixture started fresh (one start of cluster-c saved); its reset starts
+    cluster-c with transactions on, and the transaction test after it runs on that start (another one saved)."""
     cluster_c = batch_index_cluster
     pid = int(cluster_c.pid_file.read_text())
     assert cluster_c.admin().healthy()
@@ -580,6 +513,7 @@ def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_inde
 
     # What `make clusters-reset` does (stop, then start --fresh): the data is gone, the cluster is back healthy and
     # its ledger ids start in its own range again (seed_ledger_ids), so a switch's guard still tells the sides apart.
+    monkeypatch.setenv(pulsar_local.overrides_variable(cluster_c), TRANSACTIONS)  # for transaction_cluster
     pulsar_local.start_clusters([cluster_c], fresh=True)
     admin = cluster_c.admin()
     assert admin.healthy() and kept not in admin.get("/tenants")
@@ -595,4 +529,109 @@ def test_start_is_idempotent_registers_all_and_stop_leaves_no_process(batch_inde
         c.close()
     assert ledger >= cluster_c.index * pulsar_local.LEDGER_ID_SPACING
     assert drain_reader(cluster_c, f"persistent://{tenant}/ns/t")[0]["data"] == b"after the reset"
-    pulsar_local.stop_clusters([cluster_c])
+
+
+TRANSACTIONS = "transactionCoordinatorEnabled=true"
+
+
+def transactions_on(cluster: LocalCluster) -> bool:
+    """Whether `cluster` is up with its transaction coordinator on."""
+    admin = cluster.admin()
+    try:
+        config = admin.get("/brokers/configuration/runtime") if admin.healthy() else {}
+        return str(config.get("transactionCoordinatorEnabled")).lower() == "true"
+    except Exception:
+        return False
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def transaction_cluster(pulsar_clusters: list[LocalCluster]) -> Iterator[LocalCluster]:
+    """cluster-c with transactions on: in module order the fresh start the reset test above left running (a start of
+    its own before, a minute of CPU); run alone, started fresh here. Registered in cluster-a and cluster-b either
+    way; stopped and its data deleted afterwards."""
+    cluster = pulsar_local.local_clusters(3)[2]
+    if not transactions_on(cluster):
+        pulsar_local.stop_clusters([cluster])
+        shutil.rmtree(cluster.root, ignore_errors=True)
+    pulsar_local.start_with_overrides(cluster, TRANSACTIONS)  # starts only what is not running; registers all
+    yield cluster
+    pulsar_local.stop_clusters([cluster])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
+    transaction_cluster: LocalCluster, cluster_b: LocalCluster, admin_b: PulsarAdmin, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """A source broker with transactions: the copy takes what consumers get (plain and committed messages) and
+    ends although the partition's last stored entry (the run's bound) is a marker no reader is given: the engine
+    waited for it and failed every run."""
+    cluster_c = transaction_cluster
+    admin_c = PulsarAdmin(cluster_c.admin_url, name=cluster_c.name)
+    tenant = unique("it-txn")
+    admin_c.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_c.name]})
+    admin_c.put(f"/namespaces/{tenant}/ns")
+    # A message TTL (far off): the copies watch for readers moved past stored entries (test_source_ttl.py), and
+    # the markers and aborted messages every reader is moved past are passed after one reading again each.
+    admin_c.post(f"/namespaces/{tenant}/ns/messageTTL", 3600)
+    admin_c.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    topic = f"persistent://{tenant}/ns/t"
+    parts = [f"{topic}-partition-{i}" for i in range(2)]
+    try:
+        transactional_produce(cluster_c, parts[0], 5)
+        transactional_produce(cluster_c, parts[1], 3)
+        last = admin_c.last_entry(parts[0])
+        assert admin_c.entry_headers(parts[0], last.ledger, last.entry).get("X-Pulsar-marker-type"), "the premise"
+
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_c, cluster_b)
+        run_dir = tmp_path / "run"
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert replicate(spec, run_dir) == 0
+        for part, rounds in zip(parts, (5, 3), strict=True):
+            expected = [f"{kind}-{i}".encode() for i in range(rounds) for kind in ("plain", "committed")]
+            assert [m["data"] for m in drain_reader(cluster_c, part)] == expected  # what the source delivers
+            assert [m["data"] for m in drain_reader(cluster_b, part)] == expected
+        first = json.loads((run_dir / "replicate_topics.json").read_text())
+        assert first["counts"]["mapped_entries"] == 16 and first["counts"]["reader_rereads"] > 0, first["counts"]
+        # Nothing new: past the map's end the partitions hold only markers and aborted messages (looked up).
+        assert replicate(spec, run_dir) == 0
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
+
+        # Again after more rounds, on the Python path this time (the cutover's final delta always takes it).
+        transactional_produce(cluster_c, parts[0], 2)
+        python_spec = write_spec(tmp_path / "python.json", tenant, cluster_c, cluster_b,
+                                 options={"copy_engine": "python"})
+        assert replicate(python_spec, run_dir) == 0
+        # Its range ends in a marker the reader is never given: looked up, not waited out (END_CONFIRM_S, 10 s).
+        copied = {p["topic"]: p for p in json.loads((run_dir / "replicate_topics.json").read_text())["details"][
+            "partitions"]}[parts[0]]
+        assert copied["copy_engine"] == "python" and copied["copy_s"] < reading.END_CONFIRM_S, copied
+        expected = [f"{kind}-{i}".encode() for i in (*range(5), *range(2)) for kind in ("plain", "committed")]
+        assert [m["data"] for m in drain_reader(cluster_b, parts[0])] == expected
+        assert replicate(spec, run_dir) == 0  # and a run with nothing new finds both partitions unchanged
+        assert json.loads((run_dir / "replicate_topics.json").read_text())["counts"]["partitions_unchanged"] == 2
+
+        # A transaction left open holds back what follows it: a run copies up to it; the cutover's final delta (fenced)
+        # must not end there, since clients move to the target after it.
+        held = subprocess.Popen([*java_programs.command("TransactionalProduce", pulsar_home()),
+                                 cluster_c.service_url, parts[1], "0", "open"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert held.stdout is not None
+            assert any(line.strip() == "READY" for line in held.stdout)  # the client logs to stdout too
+            assert replicate(spec, run_dir) == 0
+            assert [m["data"] for m in drain_reader(cluster_b, parts[1])][-1] == b"committed-2"  # nothing held back
+            end = posmap.ends_local(str(run_dir))[parts[1]]
+            job = PartitionJob(parts[1], "ns/t", 1, admin_c.last_entry(parts[1]), (end.target, end.source),
+                               fenced=True)
+            outcome, rows = copy_partition(MigrationSpec.load(str(spec)), job, dry_run=False, max_in_flight=100,
+                                           delivery_horizon_s=0)
+            assert outcome.status == "failed" and "before the source's end" in (outcome.error or ""), outcome.error
+            assert rows == []
+        finally:
+            held.kill()
+            held.wait(timeout=30)
+    finally:
+        drop_tenant(tenant, admin_c, admin_b)
+        admin_c.close()

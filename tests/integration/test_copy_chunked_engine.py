@@ -5,6 +5,9 @@ path cannot carry: binary-key flags, empty keys, binary and empty ordering keys.
 
 The Java client is the judge on both sides (localdev/java/ChunkNeighbours.java); the map's rows of the chunked
 messages are checked against the message ids it reads; a re-run copies nothing and the next one only the new round.
+
+Every test's topics are in one tenant, synced to the target once (`synced`); each test copies its own topics alone
+(its specs' include).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from pulsar_migration.positions import Position
 from pulsar_migration.replication import engine
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
+from pyspark.sql import SparkSession
 
 from tests.conftest import unique
-from tests.integration.replication_helpers import client, create_topics, drain, source_tenant
+from tests.integration.replication_helpers import client, create_topics, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import write_spec
@@ -73,78 +77,112 @@ def chunk_ids(message_id: str) -> tuple[tuple[int, int], tuple[int, int]] | None
     return position(first), position(last)
 
 
-def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_key(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
-) -> None:
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkeng"))
-    topic = f"persistent://{tenant}/ns/mixed"
-    create_topics(admin_a, topic)
+ACROSS_RUNS_CASES = {"clock-ahead": 20 * 60_000, "clock-behind": -20 * 60_000, "uuid-again": 0}  # clock offset
+
+# Each test's topics, in a namespace of its own in the one synced tenant (a step run turns deduplication on for the
+# namespaces it copies: each test starts on a namespace no other test copied).
+TOPICS = {"keys": ["mixed"], "bound": ["capped"], "span": ["span", "python"], "across": list(ACROSS_RUNS_CASES),
+          "delta": ["span"], "odd": ["odd"], "tail": ["lz4", "plain"]}
+
+
+@pytest.fixture(scope="module")
+def synced(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One tenant with every test's (empty) topic, synced to the target by one sync_metadata (a Spark job of tens of
+    seconds, once per test before: the topics' content is the copy's business, never sync_metadata's). Yields the
+    tenant; drops it on both clusters at the end. With the session's `spark` active every step run of the module
+    uses it, as on a test worker where an earlier module started it, instead of starting and stopping a Spark
+    context of its own (about 20 step runs here)."""
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tenant = unique("it-chunkeng")
     try:
-        [source] = neighbours_runs([["produce", cluster_a.service_url, topic, "one"],
-                                    ["read", cluster_a.service_url, topic]])
-        chunked = [(mid, seen) for mid, seen in source if chunk_ids(mid)]
-        assert len(chunked) == 2 and len(source) == 2 + 300 + 3 * 10
-        # The premise: the 10 KB chunks of the first one have the other producer's entries between them.
-        first, last = chunk_ids(chunked[0][0]) or ((0, 0), (0, 0))
-        between = [mid for mid, seen in source if "between-" in seen]
-        assert any(first < position(mid) < last for mid in between), "no entry came between the chunks"
-
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
-        assert step(spec, tmp_path / "run") == 0
-        part = report(tmp_path / "run")["details"]["partitions"][0]
-        assert part["copy_engine"] == "java" and part["verified_by"] == "java", part
-        assert part["copied_messages"] == part["source_messages"] == len(source)
-
-        target = neighbours("read", cluster_b.service_url, topic)
-        assert [seen for _, seen in target] == [seen for _, seen in source]  # keys, ordering keys, values, order
-        assert sum(bool(re.search(r"key=true:", seen)) for _, seen in target) == 3 * 2 + 1  # binary keys kept
-
-        # One map row per source entry; a chunked message's row at its last chunk names both first chunks. The
-        # 1 MB message fits the target's 5 MB limit whole, so it is not chunked there; the 6 MB one is again.
-        rows = pq.read_table(tmp_path / "run" / "position_map").to_pandas()
-        rows = rows.sort_values(["source_ledger", "source_entry"])
-        by_source = {(r.source_ledger, r.source_entry): r for r in rows.itertuples()}
-        for (source_id, _), (target_id, _) in zip(source, target, strict=True):
-            source_chunks, target_chunks = chunk_ids(source_id), chunk_ids(target_id)
-            row = by_source[source_chunks[1] if source_chunks else position(source_id)]
-            assert (row.target_ledger, row.target_entry) == (target_chunks[1] if target_chunks else position(target_id))
-            assert row.source_first_chunk == (text(source_chunks[0]) if source_chunks else None)
-            assert row.target_first_chunk == (text(target_chunks[0]) if target_chunks else None)
-        assert [chunk_ids(mid) is not None for mid, seen in target if "chunked-" in seen] == [False, True]
-
-        assert step(spec, tmp_path / "run") == 0  # nothing new: nothing copied
-        assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 0
-        neighbours("produce", cluster_a.service_url, topic, "two")
-        assert step(spec, tmp_path / "run") == 0
-        part = report(tmp_path / "run")["details"]["partitions"][0]
-        assert part["copy_engine"] == "java" and part["copied_messages"] == len(source)
-        target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
-        assert target_seen == source_seen
-
-        # The Python path cannot read a non-UTF-8 ordering key: one line naming the message (was a bare
-        # UnicodeDecodeError); what it sent before is dropped by the target's deduplication.
-        python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
-        assert step(python, tmp_path / "python") == 1
-        error = report(tmp_path / "python")["details"]["partitions"][0]["error"]
-        assert "has a key or ordering key that is not UTF-8, which the Python path cannot read" in error, error
-        target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
-        assert target_seen == source_seen
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+        for namespace, names in TOPICS.items():
+            admin_a.put(f"/namespaces/{tenant}/{namespace}")
+            create_topics(admin_a, *(f"persistent://{tenant}/{namespace}/{name}" for name in names))
+        tmp = tmp_path_factory.mktemp("chunked-sync")
+        spec = write_spec(tmp / "spec.json", tenant, cluster_a, cluster_b)
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp)]) == 0
+        yield tenant
     finally:
         cleanup(tenant, admin_a, admin_b)
+        admin_a.close()
+        admin_b.close()
+
+
+def spec_of(path: Path, tenant: str, test: str, a: LocalCluster, b: LocalCluster, **options: Any) -> Path:
+    """A spec of the synced tenant that copies only `test`'s topics (TOPICS)."""
+    topics = {"include": [f"^{test}/{name}$" for name in TOPICS[test]]}
+    return write_spec(path, tenant, a, b, topics=topics, **({"options": options} if options else {}))
+
+
+def test_chunked_messages_go_through_the_engine_and_their_neighbours_keep_every_key(
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
+) -> None:
+    tenant = synced
+    topic = f"persistent://{tenant}/keys/mixed"
+    [source] = neighbours_runs([["produce", cluster_a.service_url, topic, "one"],
+                                ["read", cluster_a.service_url, topic]])
+    chunked = [(mid, seen) for mid, seen in source if chunk_ids(mid)]
+    assert len(chunked) == 2 and len(source) == 2 + 300 + 3 * 10
+    # The premise: the 10 KB chunks of the first one have the other producer's entries between them.
+    first, last = chunk_ids(chunked[0][0]) or ((0, 0), (0, 0))
+    between = [mid for mid, seen in source if "between-" in seen]
+    assert any(first < position(mid) < last for mid in between), "no entry came between the chunks"
+
+    spec = spec_of(tmp_path / "spec.json", tenant, "keys", cluster_a, cluster_b)
+    assert step(spec, tmp_path / "run") == 0
+    part = report(tmp_path / "run")["details"]["partitions"][0]
+    assert part["copy_engine"] == "java" and part["verified_by"] == "java", part
+    assert part["copied_messages"] == part["source_messages"] == len(source)
+
+    target = neighbours("read", cluster_b.service_url, topic)
+    assert [seen for _, seen in target] == [seen for _, seen in source]  # keys, ordering keys, values, order
+    assert sum(bool(re.search(r"key=true:", seen)) for _, seen in target) == 3 * 2 + 1  # binary keys kept
+
+    # One map row per source entry; a chunked message's row at its last chunk names both first chunks. The
+    # 1 MB message fits the target's 5 MB limit whole, so it is not chunked there; the 6 MB one is again.
+    rows = pq.read_table(tmp_path / "run" / "position_map").to_pandas()
+    rows = rows.sort_values(["source_ledger", "source_entry"])
+    by_source = {(r.source_ledger, r.source_entry): r for r in rows.itertuples()}
+    for (source_id, _), (target_id, _) in zip(source, target, strict=True):
+        source_chunks, target_chunks = chunk_ids(source_id), chunk_ids(target_id)
+        row = by_source[source_chunks[1] if source_chunks else position(source_id)]
+        assert (row.target_ledger, row.target_entry) == (target_chunks[1] if target_chunks else position(target_id))
+        assert row.source_first_chunk == (text(source_chunks[0]) if source_chunks else None)
+        assert row.target_first_chunk == (text(target_chunks[0]) if target_chunks else None)
+    assert [chunk_ids(mid) is not None for mid, seen in target if "chunked-" in seen] == [False, True]
+
+    assert step(spec, tmp_path / "run") == 0  # nothing new: nothing copied
+    assert report(tmp_path / "run")["details"]["partitions"][0]["copied_messages"] == 0
+    neighbours("produce", cluster_a.service_url, topic, "two")
+    assert step(spec, tmp_path / "run") == 0
+    part = report(tmp_path / "run")["details"]["partitions"][0]
+    assert part["copy_engine"] == "java" and part["copied_messages"] == len(source)
+    target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
+    assert target_seen == source_seen
+
+    # The Python path cannot read a non-UTF-8 ordering key: one line naming the message (was a bare
+    # UnicodeDecodeError); what it sent before is dropped by the target's deduplication.
+    python = spec_of(tmp_path / "python.json", tenant, "keys", cluster_a, cluster_b, copy_engine="python")
+    assert step(python, tmp_path / "python") == 1
+    error = report(tmp_path / "python")["details"]["partitions"][0]["error"]
+    assert "has a key or ordering key that is not UTF-8, which the Python path cannot read" in error, error
+    target_seen, source_seen = seen_on_both(cluster_a, cluster_b, topic)
+    assert target_seen == source_seen
 
 
 def test_the_engine_stops_before_a_chunked_message_past_its_bound_and_the_next_run_resumes_exactly(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine holds a chunked message about three times while it sends it, in a heap all its partitions share:
     it stops before one that would take what it puts together past its bound (64 MiB; 1 MB here), everything
     before it stored, for the Python path to go on from (as at an encrypted entry). A step run then resumes from
     the target and copies the rest, the message whole."""
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkcap"))
-    topic = f"persistent://{tenant}/ns/capped"
-    create_topics(admin_a, topic)
+    tenant = synced
+    topic = f"persistent://{tenant}/bound/capped"
     c = client(cluster_a)
     try:
         producer = c.create_producer(topic, batching_enabled=False, chunking_enabled=True)
@@ -153,8 +191,7 @@ def test_the_engine_stops_before_a_chunked_message_past_its_bound_and_the_next_r
         producer.send(b"L" * (6 * 1024 * 1024), properties={"kind": "large"})
         for i in range(5):
             producer.send(f"after-{i}".encode(), partition_key=f"k{i}")
-        spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
+        spec_path = spec_of(tmp_path / "spec.json", tenant, "bound", cluster_a, cluster_b)
         source = drain(cluster_a, topic)
         large = next(m for m in source if m["props"].get("kind") == "large")
         last = admin_a.get(f"{admin_a.topic_path(topic)}/lastMessageId")
@@ -176,7 +213,6 @@ def test_the_engine_stops_before_a_chunked_message_past_its_bound_and_the_next_r
         assert content(target) == content(source) and shape(target) == shape(source)
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
 
 
 def split_chunks(*args: str) -> None:
@@ -221,25 +257,23 @@ def end_spanning_message(cluster: LocalCluster, producer: Any, chunked: tuple[st
 
 
 def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
 ) -> None:
     """A producer sends a large message chunk by chunk while another producer's messages land between its chunks,
     and a run starts in between: its bound lies inside the message, whose first chunks come before the run's last
     copied entry. The next run starts after that entry, where a reader never gets the message's first chunks (it
     drops the rest as an "uncached chunk"): both sides' hashes left the message out, and it was lost with verdict
     ok. The engine now reads the message's earlier chunks again, from the first entry published 60 s before it."""
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkspan"))
-    topic = f"persistent://{tenant}/ns/span"
-    spanning = f"persistent://{tenant}/ns/python"  # for the Python path, below (empty until then)
-    create_topics(admin_a, topic, spanning)
+    tenant = synced
+    topic = f"persistent://{tenant}/span/span"
+    spanning = f"persistent://{tenant}/span/python"  # for the Python path, below (empty until then)
     c = client(cluster_a)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    spec = spec_of(tmp_path / "spec.json", tenant, "span", cluster_a, cluster_b)
 
     def parts(run_dir: Path) -> dict[str, dict[str, Any]]:
         return {p["topic"]: p for p in report(run_dir)["details"]["partitions"]}
 
     try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         producer = c.create_producer(topic, batching_enabled=False)
         chunked = begin_spanning_message(cluster_a, producer, topic, "span-uuid-1")
         assert step(spec, tmp_path / "run") == 0  # its bound: inside the message
@@ -256,7 +290,7 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         assert content(target) == content(source)
 
         # The Python path cannot read such a message: one line naming it, where it went missing with verdict ok.
-        python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+        python = spec_of(tmp_path / "python.json", tenant, "span", cluster_a, cluster_b, copy_engine="python")
         chunked = begin_spanning_message(cluster_a, c.create_producer(spanning, batching_enabled=False), spanning,
                                          "span-uuid-3")
         assert step(python, tmp_path / "python") == 0
@@ -267,28 +301,19 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         assert "began before this run's range" in errors[0] and "the copy engine can" in errors[0]
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
-
-
-ACROSS_RUNS_CASES = {"clock-ahead": 20 * 60_000, "clock-behind": -20 * 60_000, "uuid-again": 0}  # clock offset
 
 
 @pytest.fixture(scope="module")
-def across_runs(cluster_a: LocalCluster, cluster_b: LocalCluster,
+def across_runs(synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One tenant with a topic per case, each holding a message whose chunks span two runs (a run between its
-    first and its last chunks); both runs copy all three topics (each partition's earlier chunks are searched for
-    on their own). Yields the topics and both runs' partition details by topic."""
-    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
-    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    """A topic per case, each holding a message whose chunks span two runs (a run between its first and its last
+    chunks); both runs copy all three topics (each partition's earlier chunks are searched for on their own).
+    Yields the topics and both runs' partition details by topic."""
     tmp_path = tmp_path_factory.mktemp("across-runs")
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkclock"))
-    topics = {case: f"persistent://{tenant}/ns/{case}" for case in ACROSS_RUNS_CASES}
-    create_topics(admin_a, *topics.values())
+    topics = {case: f"persistent://{synced}/across/{case}" for case in ACROSS_RUNS_CASES}
     c = client(cluster_a)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    spec = spec_of(tmp_path / "spec.json", synced, "across", cluster_a, cluster_b)
     try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
         producers = {case: c.create_producer(topic, batching_enabled=False) for case, topic in topics.items()}
         split_chunks("0-5", cluster_a.service_url, topics["uuid-again"], "clock-uuid", "6", "3", str(60_000),
                      "ABCDEFGHIJ")
@@ -303,9 +328,6 @@ def across_runs(cluster_a: LocalCluster, cluster_b: LocalCluster,
         yield {"topics": topics, "first": first, "second": second}
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
-        admin_a.close()
-        admin_b.close()
 
 
 @pytest.mark.parametrize("case", list(ACROSS_RUNS_CASES))
@@ -333,7 +355,8 @@ def test_a_chunked_message_across_runs_is_copied_whole_whatever_its_producers_cl
 
 
 def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_producers_identity(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    tmp_path: Path,
 ) -> None:
     """The cutover's deltas as the switch runs them (one engine process in the driver): a catch-up round whose bound
     lies inside a chunked message, then the final delta, which keeps every entry's producer name and sequence id.
@@ -341,13 +364,10 @@ def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_prod
     from pulsar_migration.replication.step import STEP, run
     from pulsar_migration.switch.step import delta_engine
 
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkdelta"))
-    topic = f"persistent://{tenant}/ns/span"
-    create_topics(admin_a, topic)
+    topic = f"persistent://{synced}/delta/span"
     c = client(cluster_a)
-    spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+    spec_path = spec_of(tmp_path / "spec.json", synced, "delta", cluster_a, cluster_b)
     try:
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec_path), "--run-dir", str(tmp_path)]) == 0
         process = delta_engine(MigrationSpec.load(str(spec_path)))
         assert process is not None
         producer = c.create_producer(topic, producer_name="plain", batching_enabled=False)
@@ -370,19 +390,16 @@ def test_the_final_delta_copies_a_chunked_message_across_its_start_with_the_prod
             admin_a.entry_headers(topic, *source[-2]["entry"])["X-Pulsar-sequence-id"])
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
 
 
 def test_chunks_stored_again_or_missing_are_read_as_the_java_consumer_reads_them(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
 ) -> None:
     """What a producer's resend leaves (a message's first chunks stored twice, a chunk stored again) is put
     together as the Java client's consumer does: a first chunk again starts the message over and a repeated chunk
     is skipped. A message missing a chunk is delivered by no reader: not copied, and counted. Both through the
     engine to the end (until 2026-11-27 the first such chunk handed the rest of the run to the Python path)."""
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunkodd"))
-    topic = f"persistent://{tenant}/ns/odd"
-    create_topics(admin_a, topic)
+    topic = f"persistent://{synced}/odd/odd"
     c = client(cluster_a)
     try:
         producer = c.create_producer(topic, batching_enabled=False)
@@ -398,8 +415,7 @@ def test_chunks_stored_again_or_missing_are_read_as_the_java_consumer_reads_them
         assert [seen.rsplit("value=", 1)[1] for _, seen in source][::2] == ["x0", "x1"]  # the premise, with:
         assert len(source) == 4 and chunk_ids(source[1][0]) is not None  # x0, the resent message whole, x1, x2
 
-        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
+        spec = spec_of(tmp_path / "spec.json", synced, "odd", cluster_a, cluster_b)
         assert step(spec, tmp_path / "run") == 0
         part = report(tmp_path / "run")["details"]["partitions"][0]
         assert part["copy_engine"] == "java" and part["unassembled_chunked_messages"] == 1, part
@@ -407,11 +423,10 @@ def test_chunks_stored_again_or_missing_are_read_as_the_java_consumer_reads_them
         assert [seen for _, seen in neighbours("read", cluster_b.service_url, topic)] == [seen for _, seen in source]
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
 
 
 def test_first_chunks_of_a_compressed_message_at_a_partitions_end_do_not_stop_the_runs(
-    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
 ) -> None:
     """A producer stopped inside a large compressed message (or still sending it when a run takes its bound) leaves
     the message's first chunks at the partition's end. Pulsar 4.0.8's admin API never answers for a chunk of a
@@ -421,12 +436,10 @@ def test_first_chunks_of_a_compressed_message_at_a_partitions_end_do_not_stop_th
     engine's run reads the partition instead. The Python path failed on such a tail even uncompressed (its reader
     counts the chunks as more to come and stalled for 60 s); now it asks what follows when stalled too, and where
     the broker does not show what its reader passed over it says so in one line."""
-    tenant = source_tenant(admin_a, cluster_a, unique("it-chunktail"))
-    topics = {name: f"persistent://{tenant}/ns/{name}" for name in ("lz4", "plain")}
-    create_topics(admin_a, *topics.values())
+    topics = {name: f"persistent://{synced}/tail/{name}" for name in TOPICS["tail"]}
     c = client(cluster_a)
-    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
-    python = write_spec(tmp_path / "python.json", tenant, cluster_a, cluster_b, options={"copy_engine": "python"})
+    spec = spec_of(tmp_path / "spec.json", synced, "tail", cluster_a, cluster_b)
+    python = spec_of(tmp_path / "python.json", synced, "tail", cluster_a, cluster_b, copy_engine="python")
     codec = {"lz4": "LZ4", "plain": "NONE"}
 
     def chunked(name: str) -> tuple[str, ...]:
@@ -436,8 +449,6 @@ def test_first_chunks_of_a_compressed_message_at_a_partitions_end_do_not_stop_th
         return {p["topic"].rsplit("/", 1)[1]: p for p in report(run_dir)["details"]["partitions"]}
 
     try:
-        source_tenant(admin_b, cluster_b, tenant)  # what sync_metadata creates for these topics, in two calls
-        create_topics(admin_b, *topics.values())
         producers = {name: c.create_producer(topic, batching_enabled=False) for name, topic in topics.items()}
         for producer in producers.values():
             producer.send(b"first")
@@ -471,4 +482,3 @@ def test_first_chunks_of_a_compressed_message_at_a_partitions_end_do_not_stop_th
             assert len(seen) == 3 and "value=60000#" in seen[1] and [s for _, s in target] == seen, (name, seen)
     finally:
         c.close()
-        cleanup(tenant, admin_a, admin_b)
