@@ -45,15 +45,21 @@ from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixtur
 log = logging.getLogger(__name__)
 
 
-def sent_from(clients: Clients, marks: dict[str, int]) -> dict[str, bool]:
-    """Per producer and per subscription: whether a send numbered from the producer's mark on was acknowledged,
-    respectively received."""
+def carried_on(clients: Clients, where: str, timeout_s: float = 60.0) -> dict[str, int]:
+    """Waits until every producer has a send made from now on acknowledged and every subscription received one
+    (where the route names now, the caller knows which cluster that is); returns the producers' marks."""
+    marks = {p.name: p.next for p in clients.producers}
     producer_of = {p.topic: p.name for p in clients.producers}
-    out = {p.name: any(n >= marks[p.name] for n in list(p.sent)) for p in clients.producers}
-    for c in clients.consumers:
-        name = producer_of[c.topic]
-        out[c.subscription] = any(int(payload.split(":")[1]) >= marks[name] for payload, _ in list(c.received))
-    return out
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = {p.name: any(n >= marks[p.name] for n in list(p.sent)) for p in clients.producers}
+        for c in clients.consumers:
+            mark = marks[producer_of[c.topic]]
+            done[c.subscription] = any(int(payload.split(":")[1]) >= mark for payload, _ in list(c.received))
+        if all(done.values()):
+            return marks
+        assert time.monotonic() < deadline, f"clients stalled {where}: {done}"
+        time.sleep(0.5)
 
 
 def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_way(
@@ -84,11 +90,7 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         # ... and the clients go on at the source: every producer has sends after the failed switch acknowledged
         # and every subscription receives them, while the route names the source unheld. (That nothing was lost
         # or stored twice there is judged on the target after the switch and on the source at the end.)
-        after_failure = {p.name: p.next for p in clients.producers}
-        deadline = time.monotonic() + 60
-        while not all((carried_on := sent_from(clients, after_failure)).values()):
-            assert time.monotonic() < deadline, f"clients stalled at the source after the failed switch: {carried_on}"
-            time.sleep(0.5)
+        carried_on(clients, "at the source after the failed switch")
         assert service.api("GET", f"/routes/{tenant}").json()["cluster"] == cluster_a.name
         bypass.close()
         bypass_open = False
@@ -99,13 +101,12 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         judge_the_cutover(live, cluster_a, cluster_b, "copy", clients, floor, cutover)
         clients.resume()
 
-        # 3. The clients on the target, then the rollback.
-        on_target_from = {p.name: p.next for p in clients.producers}
-        time.sleep(8)  # the clients publish and consume on the target
+        # 3. The clients publish and consume on the target, then the rollback, then on the source again.
+        on_target_from = carried_on(clients, "on the target")
         back_from = time.monotonic()
         code = run_step(rollback.STEP, rollback.run, args)
         report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
-        time.sleep(8)  # ... and on the source again
+        carried_on(clients, "after the rollback")
         redelivered = clients.duplicates(back_from, time.monotonic())
         again = run_step(rollback.STEP, rollback.run, args)
     finally:

@@ -56,6 +56,7 @@ SUBSCRIPTIONS = {"half": (pulsar.ConsumerType.Shared, "random"), "cut": (pulsar.
 # entries, batch indexes, none) meets many: these modules judge the transport, not volume (3,000 made every build,
 # copy, ack and drain five times the work and proved nothing more).
 MESSAGES = 600
+ENGINES = ("java", "python")  # the copy paths: the copy engine, the Python path
 # Throwaway brokers and one-shot Java tools (bin/pulsar-client, bin/pulsar-admin) with the C1 JIT and the serial
 # collector, as the project's Spark drivers and Java judges run: nothing under test depends on the JIT or the
 # collector; measured here, a standalone got healthy on 12 CPU s instead of 24 (ZGC, C2), a pulsar-admin call took
@@ -212,9 +213,6 @@ def test_a_tenant_moves_to_a_cluster_reached_only_over_mutual_tls(
         assert "s-0" in out and "s-4" in out, out[-2000:]
     finally:
         cleanup(tenant, cluster_a, tls_cluster)
-
-
-ENGINES = ("java", "python")
 
 
 @dataclass
