@@ -88,6 +88,26 @@ class AirflowApi:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
 
+    def failure_summary(self, dag_id: str, run_id: str, lines: int = 12) -> str:
+        """The run's task states, and the last lines of each failed task's log: what a failed run's one error
+        line should carry when nobody can open the UI (a CI log)."""
+        tis = self.task_instances(dag_id, run_id)
+        parts = [", ".join(f"{ti['task_id']}={ti['state']}" for ti in tis)]
+        for ti in tis:
+            if ti["state"] != "failed":
+                continue
+            try:
+                content = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
+                                    f"{max(ti.get('try_number') or 1, 1)}", params={"full_content": "true"},
+                                    headers={"Accept": "application/json"})["content"]
+            except (DemoError, requests.RequestException, KeyError) as exc:
+                parts.append(f"{ti['task_id']}: log unreadable ({exc})")
+                continue
+            entries = content if isinstance(content, list) else str(content).splitlines()
+            tail = [e.get("event", str(e)) if isinstance(e, dict) else str(e) for e in entries][-lines:]
+            parts.append(f"{ti['task_id']} log tail:\n  " + "\n  ".join(tail))
+        return "\n".join(parts)
+
     def return_value(self, dag_id: str, run_id: str, task_id: str) -> Any:
         entry = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value",
                           params={"deserialize": "true"})
@@ -212,6 +232,7 @@ def run_demo(tenant: str) -> int:
                 sys.stdout.write(f"   report: {written['html']} (verdict {written['verdict']}: "
                                  f"{written.get('meaning', '')})\n")
             if run["state"] != "success":
+                log.error("the %s DAG run failed: %s", label, api.failure_summary(DAG_ID, run["dag_run_id"]))
                 raise DemoError(f"the {label} DAG run failed; see the task logs at {url}/dags/{DAG_ID}")
             if live is not None:
                 time.sleep(5)  # the clients settle on the target

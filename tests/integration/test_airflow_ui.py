@@ -271,7 +271,7 @@ def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
                 run_id = trigger_dry_run(page, url, tenant, shots)
                 page.goto("about:blank")  # the DAG page re-renders as the run goes: half a core taken from Spark
                 run = wait_for_run(api, run_id)
-                assert run["state"] == "success", run
+                assert run["state"] == "success", api.failure_summary(DAG_ID, run_id)
                 assert run["conf"]["tenant"] == tenant
                 assert run["conf"]["dry_run"] is True and run["conf"]["source_conn"] == UI_CONN
                 assert (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"),
