@@ -93,6 +93,8 @@ def airflow_env(home: Path | None = None, *, port: int | None = None,
         "AIRFLOW__API__HOST": env.get("PM_AIRFLOW_HOST", "127.0.0.1"),
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
+        # One API worker answers the running tasks too: on a loaded host 5 s (the default) can pass before it does.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": env.get("AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT", "30"),
         # The log servers' defaults (8793/8794) would clash when a second instance runs on another port.
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(8793 if port == DEFAULT_PORT else port + 1),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(8794 if port == DEFAULT_PORT else port + 2),
@@ -210,7 +212,7 @@ def log_tail(home: Path | None = None, lines: int = 40) -> str:
     return file_tail(_log_file(Path(home or airflow_home())), lines=lines)
 
 
-def health(port: int | None = None, timeout_s: float = 3.0) -> dict[str, str] | None:
+def health(port: int | None = None, timeout_s: float = 15.0) -> dict[str, str] | None:
     """Component statuses from the API server (`{"metadatabase": "healthy", ...}`), None if it does not answer."""
     try:
         resp = requests.get(f"http://{API_HOST}:{port or api_port()}/api/v2/monitor/health", timeout=timeout_s)

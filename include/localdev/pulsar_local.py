@@ -125,7 +125,7 @@ class LocalCluster:
             return None
         return token_file(SUPERUSER_ROLE).read_text().strip()
 
-    def admin(self, timeout_s: float = 5.0) -> PulsarAdmin:
+    def admin(self, timeout_s: float = 15.0) -> PulsarAdmin:
         return PulsarAdmin(self.admin_url, token=self.superuser_token(), timeout_s=timeout_s, retries=0,
                            name=self.name)
 

@@ -3,7 +3,9 @@
 `PM_FAULT=<point>@<count>=<seconds>` makes `at(point, n)` sleep `seconds` when `n == count`, so a test can
 SIGKILL the step at a known place instead of racing it (e.g. `progress.acks@5000=120`: after 5,000 of a
 subscription's acknowledgements were handed to the client). With `PM_FAULT_MARK_DIR` set, a file named after
-the point appears there when it parks, so the test knows when to kill. Unset, `at` costs a dictionary lookup.
+the point appears there when it parks, so the test knows when to kill, and the test can end the pause early by
+creating `<point>.go` there (so a pause that lets the test act need not guess how long acting takes on a loaded
+host). Unset, `at` costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def at(point: str, n: int) -> None:
     if armed and armed[0] == n:
         log.warning("fault point %s reached at %d: pausing %.0fs (%s)", point, n, armed[1], ENV)
         marks = os.environ.get(MARK_DIR_ENV)
-        if marks:
-            Path(marks, point).touch()
-        time.sleep(armed[1])
+        if not marks:
+            time.sleep(armed[1])
+            return
+        Path(marks, point).touch()
+        go, until = Path(marks, f"{point}.go"), time.monotonic() + armed[1]
+        while time.monotonic() < until and not go.exists():
+            time.sleep(0.1)

@@ -38,6 +38,7 @@ from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
 from tests.integration.lookup_helpers import start_service
 from tests.integration.tenant_builders import drop_tenant, snapshot, write_spec
+from tests.integration.test_sync_progress import receive_expecting
 from tests.integration.test_tls import LEAN_JVM, lean_jvm
 
 DAG_ID = "pulsar_tenant_migration"
@@ -72,22 +73,12 @@ def role_client(cluster: LocalCluster | str, token: str) -> pulsar.Client:
                          logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
 
 
-def receive_all(consumer: pulsar.Consumer, first_ms: int = 3_000) -> list[pulsar.Message]:
-    out, wait = [], first_ms
-    while True:
-        try:
-            out.append(consumer.receive(wait))
-        except pulsar.Timeout:
-            return out
-        wait = 1_000
-
-
 def drain(where: LocalCluster | str, topic: str, token: str) -> Counter[bytes]:
     """What a fresh consumer of the subscription receives now, as the tenant's role (nothing acked)."""
     c = role_client(where, token)
     try:
         consumer = c.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared)
-        got = Counter(m.data() for m in receive_all(consumer))
+        got = Counter(m.data() for m in receive_expecting(consumer, MESSAGES // 2))  # the unacked half
         consumer.close()
         return got
     finally:
@@ -154,7 +145,7 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
         producer.flush()
         consumer = c.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared)
         acked = set()
-        for m in receive_all(consumer):
+        for m in receive_expecting(consumer, MESSAGES):
             if int(m.data().decode().split("-")[1]) % 2 == 0:
                 consumer.acknowledge(m)
                 acked.add(m.data())

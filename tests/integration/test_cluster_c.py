@@ -41,7 +41,7 @@ from tests.conftest import unique
 from tests.integration.replication_helpers import client, replicate
 from tests.integration.replication_helpers import drain as drain_reader
 from tests.integration.tenant_builders import drop_tenant, write_spec
-from tests.integration.test_sync_progress import progress_report, receive_all, sync
+from tests.integration.test_sync_progress import progress_report, receive_expecting, sync
 
 
 @pytest.fixture
@@ -108,12 +108,12 @@ def produce_some_hidden(cluster: LocalCluster, topic: str, count: int) -> list[b
         c.close()
 
 
-def sees_hidden(cluster: LocalCluster, topic: str) -> list[bytes]:
-    """What a subscription the filters let through gets, from the earliest message."""
+def sees_hidden(cluster: LocalCluster, topic: str, expect: int) -> list[bytes]:
+    """What a subscription the filters let through gets, from the earliest message (`expect` waited for)."""
     c = client(cluster)
     try:
         consumer = c.subscribe(topic, "sees-hidden-audit", initial_position=pulsar.InitialPosition.Earliest)
-        got = [m.data() for m in receive_all(consumer)]
+        got = [m.data() for m in receive_expecting(consumer, expect)]
         consumer.close()
         return got
     finally:
@@ -160,7 +160,7 @@ def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_th
         # The premise: a plain reader misses the hidden messages, a subscription the filter passes gets them all.
         assert [m["data"] for m in drain_reader(cluster_c, strict)] == [
             v for i, v in enumerate(written[strict]) if i % HIDDEN_EVERY or i == 10]
-        assert sees_hidden(cluster_c, strict) == written[strict]
+        assert sees_hidden(cluster_c, strict, len(written[strict])) == written[strict]
         # Refused in one line, in copy and geo mode, before anything is written or turned on.
         for mode in ("copy", "geo"):
             mode_spec = write_spec(tmp_path / f"{mode}.json", tenant, cluster_c, cluster_b, replication={"mode": mode})
@@ -189,7 +189,7 @@ def test_source_entry_filters_stop_a_run_before_it_writes_and_filters_passing_th
             assert {p["copy_engine"] for p in report["details"]["partitions"]} == {engine}
         for topic in topics["aware"]:
             assert [m["data"] for m in drain_reader(cluster_b, topic)] == written[topic] == sees_hidden(
-                cluster_c, topic), topic
+                cluster_c, topic, len(written[topic])), topic
     finally:
         drop_tenant(tenant, admin_c, admin_b)
         admin_c.close()
@@ -226,11 +226,11 @@ def batch_index_cluster(pulsar_clusters: list[LocalCluster]) -> Iterator[LocalCl
     shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def drain(cluster: LocalCluster, topic: str) -> Counter[bytes]:
+def drain(cluster: LocalCluster, topic: str, expect: int) -> Counter[bytes]:
     c = client(cluster)
     try:
         consumer = c.subscribe(topic, "partial", consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True)
-        got = Counter(m.data() for m in receive_all(consumer))
+        got = Counter(m.data() for m in receive_expecting(consumer, expect))
         consumer.close()
         return got
     finally:
@@ -259,7 +259,7 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
             producer.flush()
         entries: dict[tuple[int, int], int] = {}
         partial: set[bytes] = set()
-        for m in receive_all(consumer):
+        for m in receive_expecting(consumer, BATCHES * BATCH):
             mid = m.message_id()
             n = entries.setdefault((mid.ledger_id(), mid.entry_id()), len(entries))
             if n < 20 or 30 <= n < 40:
@@ -270,7 +270,7 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
         consumer.close()
         c.close()
         assert len(entries) == BATCHES and len(partial) == 30
-        source = drain(source_cluster, topic)
+        source = drain(source_cluster, topic, BATCHES * BATCH - 300 - 30)
         assert sum(source.values()) == BATCHES * BATCH - 300 - 30  # the source itself skips the acked indexes
 
         spec = write_spec(tmp_path / "spec.json", tenant, source_cluster, cluster_b)
@@ -281,7 +281,7 @@ def test_partial_batch_acks_are_redelivered_whole_and_nothing_is_lost(
         rep = progress_report(run_dir)
         # What the admin API shows was carried exactly; the partial acks were invisible to the step.
         assert rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"]
-        target = drain(cluster_b, topic)
+        target = drain(cluster_b, topic, BATCHES * BATCH - 300)
         assert not source - target  # nothing lost
         assert set(target - source) == partial and sum((target - source).values()) == 30  # exactly those again
     finally:

@@ -26,7 +26,14 @@ from tests.conftest import unique
 from tests.integration.replication_helpers import client, replicate, source_tenant
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_topics import cleanup
-from tests.integration.test_sync_progress import drain, receive_all, subscribe, sync
+from tests.integration.test_sync_progress import (
+    PATIENT_FIRST_MS,
+    PATIENT_IDLE_MS,
+    drain,
+    receive_all,
+    subscribe,
+    sync,
+)
 
 CHUNKED = 6 * 1024 * 1024  # two chunks at the broker's 5 MB
 # name -> the payloads it acknowledges (by label) before the migration
@@ -75,7 +82,7 @@ def span_label(data: bytes) -> bytes:
 def acknowledge(consumer: pulsar.Consumer, acks: Callable[[bytes], bool], cumulative_at: bytes | None = None) -> None:
     """Acknowledges what `acks(payload)` says of everything the subscription gets (or, with `cumulative_at`,
     that payload cumulatively, having received everything before it); then closes the consumer."""
-    for m in receive_all(consumer):
+    for m in receive_all(consumer, PATIENT_FIRST_MS, PATIENT_IDLE_MS):  # a few messages: wait for each patiently
         if cumulative_at is not None:
             if m.data() == cumulative_at:
                 consumer.acknowledge_cumulative(m)
@@ -125,9 +132,10 @@ def migrated(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
 
 def drains(cluster_a: LocalCluster, cluster_b: LocalCluster, topic: str, names: list[str],
            kind: pulsar.ConsumerType) -> dict[str, tuple[Counter[bytes], Counter[bytes]]]:
-    """Each subscription drained on the source and on the target, side by side: name -> (source, target)."""
+    """Each subscription drained on the source and on the target, side by side, waiting patiently for each of
+    their few messages: name -> (source, target)."""
     with ThreadPoolExecutor(2 * len(names)) as pool:
-        got = list(pool.map(lambda job: drain(job[0], topic, job[1], kind),
+        got = list(pool.map(lambda job: drain(job[0], topic, job[1], kind, patient=True),
                             [(cluster, name) for name in names for cluster in (cluster_a, cluster_b)]))
     return {name: (got[2 * i], got[2 * i + 1]) for i, name in enumerate(names)}
 

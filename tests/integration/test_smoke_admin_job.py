@@ -23,7 +23,7 @@ def test_unreachable_cluster_fails_the_job(pulsar_clusters: list[LocalCluster], 
     proc = subprocess.run(
         [str(venv_bin() / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
          "--py-files", library_zip(tmp_path / "lib"), str(JOB),
-         "--clusters", json.dumps(clusters), "--output", str(output), "--timeout", "3"],
+         "--clusters", json.dumps(clusters), "--output", str(output), "--timeout", "30"],
         env=airflow_env(tmp_path / "airflow"), capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]

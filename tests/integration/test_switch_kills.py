@@ -36,7 +36,7 @@ from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import client, drain, replicate
 from tests.integration.stale_client import StaleProducer
 from tests.integration.tenant_builders import drop_tenant, write_spec
-from tests.integration.test_sync_progress import receive_all, sync
+from tests.integration.test_sync_progress import receive_expecting, sync
 
 BOUNDARIES = ("hold", "fence", "final_replicate", "flip")
 SUBSCRIPTIONS = {"ns/orders": "ord", "ns/events": "svc"}
@@ -52,12 +52,13 @@ def read_all(cluster: LocalCluster, topic: str) -> list[bytes]:
     return [m["data"] for m in drain(cluster, topic)]
 
 
-def delivers(cluster: LocalCluster, topic: str, subscription: str) -> Counter[bytes]:
-    """What a fresh consumer of the subscription receives now (nothing acked)."""
+def delivers(cluster: LocalCluster, topic: str, subscription: str, expect: int) -> Counter[bytes]:
+    """What a fresh consumer of the subscription receives now (nothing acked), waiting patiently for the
+    `expect` messages the test knows are there."""
     c = client(cluster)
     try:
         consumer = c.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Shared)
-        got = Counter(m.data() for m in receive_all(consumer, 3_000))
+        got = Counter(m.data() for m in receive_expecting(consumer, expect))
         consumer.close()
         return got
     finally:
@@ -86,7 +87,7 @@ def prepared(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
             for i in range(300):
                 producer.send_async(f"{topic}-{i}".encode(), None, partition_key=f"k{i % 7}")
             producer.flush()
-            for i, m in enumerate(receive_all(consumer, 3_000)):
+            for i, m in enumerate(receive_expecting(consumer, 300)):
                 if i % 3 == 0:
                     consumer.acknowledge(m)
             consumer.close()
@@ -119,7 +120,7 @@ def let_a_late_producer_in_then_kill_after_the_flip(spec: Path, run_dir: Path, m
     marks.mkdir(parents=True, exist_ok=True)
     late: StaleProducer | None = None
     with output.open("w") as out:
-        proc = spark_submit(STEP, spec, run_dir, env={"PM_FAULT": f"{unloaded}@1=5,{flipped}@1=600",
+        proc = spark_submit(STEP, spec, run_dir, env={"PM_FAULT": f"{unloaded}@1=300,{flipped}@1=600",
                                                       "PM_FAULT_MARK_DIR": str(marks)},
                             stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -133,10 +134,11 @@ def let_a_late_producer_in_then_kill_after_the_flip(spec: Path, run_dir: Path, m
                 late = StaleProducer("127.0.0.1", cluster.broker_port, topic, "late-after-fence")
                 assert [p["producerName"] for p in admin.get(f"{admin.topic_path(topic)}/stats")["publishers"]] == [
                     "late-after-fence"]
+                (marks / f"{unloaded}.go").touch()  # the late producer is in: the run goes on
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
         assert late is not None
-        return output.read_text(), late.closed_by_broker(timeout_s=5)
+        return output.read_text(), late.closed_by_broker(timeout_s=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -183,8 +185,8 @@ def test_killed_at_each_phase_boundary_then_rerun_ends_exact_and_a_client_after_
         assert source and read_all(cluster_b, topic) == source, topic  # every message once, in order
     for topic, sub in SUBSCRIPTIONS.items():
         full = f"persistent://{tenant}/{topic}"
-        expected = delivers(cluster_a, full, sub)
-        assert sum(expected.values()) == 200 and delivers(cluster_b, full, sub) == expected, topic
+        expected = delivers(cluster_a, full, sub, 200)
+        assert sum(expected.values()) == 200 and delivers(cluster_b, full, sub, 200) == expected, topic
     # A client of the tenant, through the lookup service, now publishes to the target.
     c = pulsar.Client(service.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:

@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 STEP = "sync_metadata"
 PLAN_DATASET = "sync_metadata_plan"
 CONFLICT_DETAIL_LIMIT = 100
-VERIFY_ATTEMPTS = 4
-VERIFY_RETRY_DELAY_S = 2.0
+VERIFY_ATTEMPTS = 5
+VERIFY_RETRY_DELAY_S = 2.0  # doubled after each attempt: 30 s in all for a loaded broker's policy cache
 
 
 def run(ctx: StepContext) -> None:
@@ -120,7 +120,7 @@ def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_to
         if attempt < VERIFY_ATTEMPTS:
             log.info("verification attempt %d: %d resource(s) not yet as desired; re-reading", attempt,
                      len(mismatched))
-            time.sleep(VERIFY_RETRY_DELAY_S)
+            time.sleep(VERIFY_RETRY_DELAY_S * 2 ** (attempt - 1))
     first = mismatched[0] if mismatched else ("?", "?", "?")
     raise StepFailed(f"verification failed: {len(mismatched)} resource(s) differ after apply "
                      f"(first: {first[1]} {first[2]} on {first[0]}), {remaining} change(s) still planned")

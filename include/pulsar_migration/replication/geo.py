@@ -62,7 +62,7 @@ REPLICATOR_START_GRACE_S = 30.0
 REPLICATOR_STALL_S = 30.0
 MAX_STALL_RESTARTS = 3
 # How long the target may still be short once the source's replicator cursor says everything was delivered.
-SETTLE_S = 5.0
+SETTLE_S = 15.0  # a loaded target broker can take seconds to show entries it has stored
 # Reads of the source range that may stop short of its bound before the step gives up on reaching it.
 SOURCE_READ_ATTEMPTS = 3
 # Batched target entries whose source position is checked through the admin entry endpoint, per partition.
