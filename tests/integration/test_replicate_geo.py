@@ -286,7 +286,7 @@ def test_geo_carries_a_message_chunked_small_and_names_chunks_at_the_full_size_i
         c.close()
     admin_a.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
-                      options={"geo_timeout_s": 60})
+                      options={"geo_timeout_s": 180})  # the failing partitions end through the settle
     assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
     assert step(spec, tmp_path / "run") == 1
     parts = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}
@@ -323,7 +323,7 @@ def test_geo_names_messages_their_producer_kept_from_other_clusters(
     assert [m["data"] for m in drain(cluster_a, kept)] == [b"before", b"local only", b"source cluster only",
                                                             b"after"]  # what the source's readers get
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, replication={"mode": "geo"},
-                      options={"geo_timeout_s": 60})
+                      options={"geo_timeout_s": 180})  # the failing partitions end through the settle
     assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path)]) == 0
     assert step(spec, tmp_path / "run") == 1
     parts = {p["topic"]: p for p in report(tmp_path / "run")["details"]["partitions"]}

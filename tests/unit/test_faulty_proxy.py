@@ -79,7 +79,7 @@ def test_a_delay_line_holds_each_chunk_but_keeps_many_in_flight(echo_port: int) 
         assert time.monotonic() - started >= 0.1
         started = time.monotonic()
         assert roundtrip(proxy.listen_port, payload) == payload
-        assert time.monotonic() - started < 64 * 0.05 / 2  # held one chunk at a time it would take 3.2 s each way
+        assert time.monotonic() - started < 64 * 0.05  # held one chunk at a time it would take 3.2 s each way
 
 
 def test_cut_all_resets_open_connections(echo_port: int) -> None:
