@@ -41,12 +41,11 @@ airflow-stop: venv
 demo: venv
 	$(PY) -m localdev.demo
 
-# Three pytest workers, each test module whole and in order on one (cluster-c is used by one module only), the
-# longest modules first (tests/conftest.py orders them; xdist's own reordering is off); the clusters are started
-# first so the workers find them running instead of racing to start them.
+# Three pytest workers, each test module whole and in order on one (cluster-c is used by one module only); the
+# clusters are started first so the workers find them running instead of racing to start them.
 test: venv clusters-up
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -n 3 --dist loadfile tests
 
 lint: venv
 	$(PY) -m ruff check .

@@ -27,43 +27,6 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] / "conf" / "spark"))
 
 
-# The longest modules first (their share of the suite's time in a clean-clone run with three workers), so that
-# the workers end together: xdist's own order (`--no-loadscope-reorder` turns it off in `make test`) puts the
-# modules with the most tests first, which left the long modules of one to three tests for the end and one worker
-# running them alone. Modules not named keep their collected order after these.
-LONGEST_FIRST = [
-    "tests/integration/test_cluster_c.py",
-    "tests/integration/test_copy_chunked_engine.py",
-    "tests/integration/test_switch_live.py",
-    "tests/integration/test_sync_progress.py",
-    "tests/dags/test_authenticated_migration.py",
-    "tests/integration/test_airflow_ui.py",
-    "tests/integration/test_copy_engine.py",
-    "tests/integration/test_two_brokers.py",
-    "tests/integration/test_tls.py",
-    "tests/integration/test_source_ttl.py",
-    "tests/integration/test_sync_metadata.py",
-    "tests/integration/test_switch_kills.py",
-    "tests/dags/test_backfill_dag.py",
-    "tests/integration/test_replicate_topics.py",
-    "tests/dags/test_spark_standalone_dag.py",
-    "tests/integration/test_odd_topic_names.py",
-    "tests/integration/test_rollback_live.py",
-    "tests/integration/test_replicate_geo.py",
-    "tests/integration/test_progress_chunked.py",
-    "tests/integration/test_benchmark_smoke.py",
-    "tests/integration/test_copy_rate_cap.py",
-    "tests/integration/test_partial_chunk_resume.py",
-    "tests/integration/test_airflow_settings_loader.py",
-    "tests/unit/test_copy_engine.py",
-]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: order kept within
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[1] SparkSession for the whole test session (starting one costs seconds)."""
