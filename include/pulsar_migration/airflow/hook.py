@@ -13,7 +13,7 @@ from pulsar_migration.admin import AdminError, PulsarAdmin
 from pulsar_migration.spec import ClusterSpec
 
 # The form's Test button waits for the answer: fail fast instead of the steps' patient retries.
-TEST_TIMEOUT_S = 10.0
+TEST_TIMEOUT_S = 20.0
 
 
 class PulsarHook(BaseHook):
