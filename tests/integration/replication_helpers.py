@@ -82,6 +82,15 @@ def create_topics(admin: PulsarAdmin, *topics: str) -> None:
         admin.put(admin.topic_path(topic))
 
 
+def create_layout(admin: PulsarAdmin, tenant: str, topics: dict[str, int]) -> None:
+    """Creates each `namespace/topic` of `tenant` with its partition count (0: non-partitioned)."""
+    for name, partitions in topics.items():
+        if partitions:
+            admin.put(f"/persistent/{tenant}/{name}/partitions", partitions)
+        else:
+            admin.put(f"/persistent/{tenant}/{name}")
+
+
 def delivery_time_ms(admin: PulsarAdmin, topic: str, message: dict[str, Any]) -> int:
     """The delivery time stored with a drained message (its entry's X-Pulsar-deliver-at-time header)."""
     headers = admin.entry_headers(topic, *message["entry"])

@@ -23,7 +23,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import spark_submit, unique
-from tests.integration.replication_helpers import client, delivery_time_ms, drain
+from tests.integration.replication_helpers import client, create_layout, delivery_time_ms, drain
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import drop_tenant, write_spec
@@ -96,11 +96,7 @@ def copied(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession
     # The Python client's generated Avro schema for an added optional field carries no default.
     admin_a.put(f"/namespaces/{tenant}/ns/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
     topics = {"ns/batched4": 4, "ns/single1": 1, "ns/plain": 0, "ns/avro": 0, "ns/empty": 2, "ns/skipped": 0}
-    for name, count in topics.items():
-        if count:
-            admin_a.put(f"/persistent/{tenant}/{name}/partitions", count)
-        else:
-            admin_a.put(f"/persistent/{tenant}/{name}")
+    create_layout(admin_a, tenant, topics)
     c = client(cluster_a)
     batched = c.create_producer(f"persistent://{tenant}/ns/batched4", batching_enabled=True,
                                 batching_max_messages=50, batching_max_publish_delay_ms=20,

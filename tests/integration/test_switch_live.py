@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
-from tests.integration.replication_helpers import client, replicate
+from tests.integration.replication_helpers import client, create_layout, replicate
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_geo import teardown
 from tests.integration.test_sync_progress import SUBSCRIPTIONS as ACK_PATTERNS
@@ -405,11 +405,7 @@ def quiet(topic: str) -> str | None:
 
 def ack_patterned_topics(admin: PulsarAdmin, cluster: LocalCluster, tenant: str) -> None:
     """QUIET_TOPICS created, filled (batched on the partitioned one) and acked in every pattern."""
-    for name, partitions in QUIET_TOPICS.items():
-        if partitions:
-            admin.put(f"/persistent/{tenant}/{name}/partitions", partitions)
-        else:
-            admin.put(f"/persistent/{tenant}/{name}")
+    create_layout(admin, tenant, QUIET_TOPICS)
     c = client(cluster)
     try:
         consumers = {(topic, name): subscribe(c, f"persistent://{tenant}/{topic}", name, kind)

@@ -31,7 +31,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import kill_at_fault_point, unique
-from tests.integration.replication_helpers import client, replicate
+from tests.integration.replication_helpers import client, create_layout, replicate
 from tests.integration.tenant_builders import drop_tenant, write_spec
 
 log = logging.getLogger(__name__)
@@ -246,11 +246,7 @@ def migrated(cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSessi
     tenant = unique("it-progress")
     admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
     admin_a.put(f"/namespaces/{tenant}/ns")
-    for name, count in TOPICS.items():
-        if count:
-            admin_a.put(f"/persistent/{tenant}/{name}/partitions", count)
-        else:
-            admin_a.put(f"/persistent/{tenant}/{name}")
+    create_layout(admin_a, tenant, TOPICS)
     admin_a.put(f"/persistent/{tenant}/{HOLES_TOPIC}")
     c = client(cluster_a)
     consumers = {(topic, name): subscribe(c, f"persistent://{tenant}/{topic}", name, kind)
