@@ -107,28 +107,24 @@ def subscribe(c: pulsar.Client, topic: str, name: str, kind: pulsar.ConsumerType
                        receiver_queue_size=2_000)
 
 
-def receive_all(consumer: pulsar.Consumer, first_ms: int = FIRST_MS, idle_ms: int = IDLE_MS
+def receive_all(consumer: pulsar.Consumer, first_ms: int = FIRST_MS, idle_ms: int = IDLE_MS, expect: int = 0
                 ) -> Iterator[pulsar.Message]:
-    wait = first_ms
-    while True:
-        try:
-            yield consumer.receive(wait)
-        except pulsar.Timeout:
-            return
-        wait = idle_ms
-
-
-def receive_expecting(consumer: pulsar.Consumer, expect: int) -> Iterator[pulsar.Message]:
-    """The `expect` messages a test knows are there, each waited for patiently (a loaded host can keep a consumer
-    waiting seconds), then whatever more comes within the usual idle time (so a duplicate still shows)."""
-    wait, got = PATIENT_FIRST_MS, 0
+    """Messages until none came for `idle_ms` (`first_ms` for the first); while fewer than `expect` came, each
+    next one is waited for PATIENT_IDLE_MS instead."""
+    wait, got = first_ms, 0
     while True:
         try:
             yield consumer.receive(wait)
         except pulsar.Timeout:
             return
         got += 1
-        wait = PATIENT_IDLE_MS if got < expect else IDLE_MS
+        wait = PATIENT_IDLE_MS if got < expect else idle_ms
+
+
+def receive_expecting(consumer: pulsar.Consumer, expect: int) -> Iterator[pulsar.Message]:
+    """The `expect` messages a test knows are there, each waited for patiently (a loaded host can keep a consumer
+    waiting seconds), then whatever more comes within the usual idle time (so a duplicate still shows)."""
+    return receive_all(consumer, PATIENT_FIRST_MS, IDLE_MS, expect)
 
 
 def ack_pattern(consumer: pulsar.Consumer, pattern: str, rng: random.Random, share: float = 0.3) -> None:
@@ -176,11 +172,10 @@ def drain(cluster: LocalCluster, topic: str, subscription: str, kind: pulsar.Con
     c = client(cluster)
     try:
         consumer = c.subscribe(topic, subscription, consumer_type=kind, receiver_queue_size=2_000)
-        first_ms = FIRST_MS if kind == pulsar.ConsumerType.Failover else 2 * IDLE_MS
         if patient:
             first_ms, idle_ms = PATIENT_FIRST_MS, PATIENT_IDLE_MS
         else:
-            idle_ms = IDLE_MS
+            first_ms, idle_ms = (FIRST_MS if kind == pulsar.ConsumerType.Failover else 2 * IDLE_MS), IDLE_MS
         got = Counter(m.data() for m in receive_all(consumer, first_ms, idle_ms))
         consumer.close()
         return got
