@@ -40,6 +40,10 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
+        # Adaptive execution re-plans each stage: on the tests' tiny frames only its cost shows (this JVM's CPU over
+        # the metadata and progress modules 108 -> 90 s; whole-stage codegen off changed nothing, the full JIT
+        # cost more, 138 s).
+        .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
     yield session
