@@ -60,7 +60,7 @@ def cluster_specs(clusters: dict[str, dict[str, Any]]) -> list[ClusterSpec]:
         except TypeError as exc:
             raise SmokeError(f"--clusters: {name}: tls: {exc}") from exc
         cluster = ClusterSpec(name=name, admin_url=entry["admin_url"], service_url=entry.get("service_url") or "",
-                              token_env=entry.get("token_env"), tls=tls)
+                              token_env=entry.get("token_env"), tls=tls, token_file=entry.get("token_file"))
         try:
             cluster.token()  # only a presence check here; the executors read their own
         except SpecError as exc:

@@ -13,7 +13,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin, urlparse, urlsplit
@@ -212,6 +212,7 @@ class PulsarAdmin:
         retries: int = 4,
         name: str | None = None,
         credential: str | None = None,
+        token_source: Callable[[], str | None] | None = None,
     ) -> None:
         self.admin_url = admin_url.rstrip("/")
         self.name = name or self.admin_url
@@ -224,6 +225,10 @@ class PulsarAdmin:
         self._getter: KeepAliveGetter | None = None
         self._entry_getters: dict[str, KeepAliveGetter] = {}  # by broker: the admin URL's, and owners redirected to
         self._getter_lock = threading.Lock()
+        # Where a fresh token comes from when the cluster refuses this one (a token file renewed in place).
+        self._token_source = token_source
+        self._token = token
+        self._retired: list[KeepAliveGetter] = []  # getters with an old token: other threads may still use them
         self._unanswered: set[tuple[str, int, int]] = set()  # entries asked for in vain: not asked again
         self._session = ClusterSession()
         # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
@@ -242,7 +247,7 @@ class PulsarAdmin:
 
     def close(self) -> None:
         self._session.close()
-        for getter in (self._getter, *self._entry_getters.values()):
+        for getter in (self._getter, *self._entry_getters.values(), *self._retired):
             if getter is not None:
                 getter.close()
 
@@ -252,7 +257,38 @@ class PulsarAdmin:
                 expect_json: bool = True, retry: bool = True, raw_response: bool = False) -> Any:
         """Calls `/admin/v2{path}` (or `path` itself when it starts with `/admin` or `/lookup`).
 
-        `raw_response` returns the successful `requests.Response` itself (for headers)."""
+        `raw_response` returns the successful `requests.Response` itself (for headers). A refused token is
+        renewed from the token source once, when it holds another one, and the call asked again."""
+        kwargs = {"json_body": json_body, "params": params, "expect_json": expect_json, "retry": retry,
+                  "raw_response": raw_response}
+        try:
+            return self._request(method, path, **kwargs)
+        except AuthRejected:
+            if not self._renew_token():
+                raise
+            log.info("%s: the cluster refused the token; %s holds another one: asking again", self.name,
+                     self.credential)
+            return self._request(method, path, **kwargs)
+
+    def _renew_token(self) -> bool:
+        """Takes the token source's token when it differs from the one in use (True), else False."""
+        if self._token_source is None:
+            return False
+        try:
+            fresh = self._token_source()
+        except ValueError:  # the file is gone or empty now: the refusal stands, in its own words
+            return False
+        with self._getter_lock:
+            if not fresh or fresh == self._token:
+                return False
+            self._token, self.token_expiry = fresh, tokens.expiry(fresh)
+            self._session.headers["Authorization"] = f"Bearer {fresh}"
+            self._retired.extend(g for g in (self._getter, *self._entry_getters.values()) if g is not None)
+            self._getter, self._entry_getters = None, {}  # the next ones carry the new token
+        return True
+
+    def _request(self, method: str, path: str, *, json_body: Any, params: dict[str, Any] | None,
+                 expect_json: bool, retry: bool, raw_response: bool) -> Any:
         full_path = path if path.startswith(("/admin", "/lookup")) else f"/admin/v2{path}"
         if retry and params is None and not raw_response:
             # The fast path: `requests` spends about 2 ms of client CPU on a call, which the cutover's phases pay

@@ -94,6 +94,10 @@ def cluster_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
     }
     if extra.get("listener_name"):
         entry["listener_name"] = extra["listener_name"]
+    if extra.get("token_file"):
+        if conn.password:
+            raise ValueError(f"connection {conn.conn_id}: holds a token and extra.token_file; give one")
+        entry["token_file"] = extra["token_file"]
     return str(extra.get("cluster_name") or conn.conn_id), entry
 
 

@@ -96,6 +96,11 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                                     "description": "pulsar:// or pulsar+ssl:// broker service URL.",
                                     "type": "string"},
                     "token_env": {"title": "Token variable", **_TOKEN_ENV},
+                    "token_file": {
+                        **_NULLABLE_PATH, "title": "Token file",
+                        "description": "File holding the auth token instead of token_env, read at each use: a "
+                                       "token renewed in place (a secrets agent, a projected service-account "
+                                       "token) keeps a long run going. It must exist where the steps run."},
                     "listener_name": {
                         "title": "Listener name",
                         "description": "The broker `advertisedListeners` entry clients connect through (a cluster "
@@ -339,17 +344,25 @@ class ClusterSpec:
     token_env: str | None = None
     tls: TlsSpec | None = None
     listener_name: str | None = None
+    token_file: str | None = None
 
     @classmethod
     def from_entry(cls, name: str, entry: Mapping[str, Any]) -> ClusterSpec:
-        """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env, tls, listener_name)."""
+        """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env or token_file, tls,
+        listener_name)."""
         tls = entry.get("tls")
         return cls(name=name, admin_url=entry["admin_url"], service_url=entry["service_url"],
                    token_env=entry.get("token_env"), tls=TlsSpec(**tls) if tls is not None else None,
-                   listener_name=entry.get("listener_name"))
+                   listener_name=entry.get("listener_name"), token_file=entry.get("token_file"))
 
     def token(self) -> str | None:
-        """The token from the environment (None without auth); SpecError when the variable is unset."""
+        """The token now (None without auth): from the environment, or read from token_file at each call.
+        SpecError when the variable is unset or the file missing, unreadable or empty."""
+        if self.token_file:
+            try:
+                return tokens.read_file(self.token_file)
+            except tokens.TokenFileError as exc:
+                raise SpecError(f"spec: clusters.{self.name}.token_file {exc}") from exc
         if not self.token_env:
             return None
         token = os.environ.get(self.token_env)
@@ -357,11 +370,30 @@ class ClusterSpec:
             raise SpecError(f"spec: environment variable {self.token_env} (token for {self.name}) is not set")
         return token
 
+    @property
+    def credential(self) -> str:
+        """Where this cluster's token comes from, for the one line a refusal prints (never the token)."""
+        if self.token_file:
+            return f"the token in file {self.token_file}"
+        return f"the token in {self.token_env}" if self.token_env else "no token (token_env is null)"
+
+    def client_token(self) -> str:
+        """token_file's token for the Pulsar client's supplier, which the C++ client calls at each connection:
+        it must not raise (the binding prints the error and sends an empty token, which the broker refuses)."""
+        try:
+            return self.token() or ""
+        except SpecError as exc:
+            log.error("%s", exc)
+            return ""
+
     def expired_token_note(self) -> str | None:
         """`the token in VAR (cluster X) expired at T` once its `exp` has passed (None otherwise, or without one)."""
-        token = os.environ.get(self.token_env) if self.token_env else None
+        try:
+            token = self.token() if self.token_file else os.environ.get(self.token_env) if self.token_env else None
+        except SpecError:
+            return None
         expired = tokens.expired_note(tokens.expiry(token))
-        return f"the token in {self.token_env} (cluster {self.name}) {expired}" if expired else None
+        return f"{self.credential} (cluster {self.name}) {expired}" if expired else None
 
     def check_tls_files(self) -> None:
         """SpecError naming the first TLS file this cluster names that is missing or unreadable here."""
@@ -372,17 +404,20 @@ class ClusterSpec:
         """An admin client for this cluster; kwargs go to PulsarAdmin (timeout_s, retries). `token` instead of
         the one in the environment variable, for a caller that holds it (PulsarHook: the connection's)."""
         tls = self.tls.settings() if self.tls else None
-        credential = "the given token" if token else (f"the token in {self.token_env}" if self.token_env
-                                                      else "no token (token_env is null)")
+        credential = "the given token" if token else self.credential
+        # A token file is read again when the cluster refuses the token in use (renewed in place meanwhile).
+        source = self.token if self.token_file and not token else None
         return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name,
-                           credential=credential, **kwargs)
+                           credential=credential, token_source=source, **kwargs)
 
     def pulsar_client(self, url: str | None = None, **kwargs: Any) -> pulsar.Client:
         """A pulsar.Client on service_url (or `url`, e.g. the lookup service in front of this cluster) with this
         cluster's auth and TLS; kwargs go to pulsar.Client."""
         import pulsar  # deferred: the C++ client is only needed by steps that move messages
 
-        token = self.token()
+        token: Any = self.token()
+        if token and self.token_file:
+            token = self.client_token  # read at each connection: a token renewed in the file reaches new ones
         # The client's own INFO log is per connection and per producer; a Python logger here could
         # deadlock (the C++ log thread needs the GIL while a blocking call holds it).
         kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -406,6 +441,8 @@ class ClusterSpec:
                                  "tls": self.tls.to_dict() if self.tls else None}
         if self.listener_name:  # only when set: a spec without one keeps the hash its run directories record
             entry["listener_name"] = self.listener_name
+        if self.token_file:  # likewise
+            entry["token_file"] = self.token_file
         return entry
 
 
@@ -548,7 +585,8 @@ class MigrationSpec:
                 admin.check_credentials()
             finally:
                 admin.close()
-            warning = tokens.lifetime_warning(admin.token_expiry, f"cluster {name}: {admin.credential}")
+            warning = tokens.lifetime_warning(admin.token_expiry, f"cluster {name}: {admin.credential}",
+                                              renewable=bool(self.clusters[name].token_file))
             if warning:
                 log.warning("%s", warning)
 
@@ -748,6 +786,8 @@ def _check_semantics(s: dict[str, Any]) -> None:
     for name, c in clusters.items():
         _check_url(f"clusters.{name}.admin_url", c.admin_url, ("http", "https"))
         _check_url(f"clusters.{name}.service_url", c.service_url, ("pulsar", "pulsar+ssl"))
+        if c.token_env and c.token_file:
+            raise SpecError(f"spec: clusters.{name} sets both token_env and token_file; give one")
         if c.tls and c.tls.key_file and not c.tls.cert_file:
             raise SpecError(f"spec: clusters.{name}.tls.key_file is set but cert_file is not")
     if s["lookup_url"] is not None:

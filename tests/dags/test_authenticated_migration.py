@@ -26,9 +26,13 @@ from localdev.demo_tenant import build_rich_tenant
 from localdev.pulsar_auth import SUPERUSER_ROLE, TENANT_ADMIN_ROLE, LocalAuth
 from localdev.pulsar_dist import ensure_distribution
 from localdev.pulsar_local import LocalCluster
+from pulsar_migration import faults
 from pulsar_migration.admin import AuthRejected, PulsarAdmin
 from pulsar_migration.dag_support import run_dir
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.replication.step import STEP as REPLICATE
+from pulsar_migration.replication.step import run as replicate
+from pulsar_migration.spec import ClusterSpec
 from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
 from pyspark.sql import SparkSession
 
@@ -330,3 +334,113 @@ def test_pulsar_admin_without_a_token_is_refused(auth_pair: tuple[LocalCluster, 
     assert anonymous.returncode != 0 and "401" in (anonymous.stdout + anonymous.stderr)
     tools = pulsar_admin(auth, source, SUPERUSER_ROLE, "tenants", "list")
     assert tools.returncode == 0 and "public" in tools.stdout.split()
+
+
+def write_token(path: Path, token: str) -> None:
+    """As an agent renewing a token in place would: the new token, a trailing newline, mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+
+
+def test_a_token_file_renewed_in_place_is_read_again_when_the_cluster_refuses_the_old_token(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, tmp_path: Path,
+) -> None:
+    """One admin client, one token file: refused with the file's expired token (the line names the file and the
+    expiry), then served once the file holds a fresh one, without a new client."""
+    source, _ = auth_pair
+    token_file = tmp_path / "a.token"
+    write_token(token_file, auth.create_token(SUPERUSER_ROLE, expiry="1s"))
+    time.sleep(2.5)
+    cluster = ClusterSpec.from_entry(source.name, {"admin_url": source.admin_url, "service_url": source.service_url,
+                                                   "token_file": str(token_file)})
+    admin = cluster.admin(timeout_s=15)
+    try:
+        with pytest.raises(AuthRejected) as refused:
+            admin.get("/tenants")
+        assert str(refused.value).startswith(f"cluster {source.name}: HTTP 401 on GET /tenants with the token in "
+                                             f"file {token_file}: the token expired at 20"), str(refused.value)
+        write_token(token_file, auth.token(SUPERUSER_ROLE))
+        assert "public" in admin.get("/tenants")
+    finally:
+        admin.close()
+
+
+def test_a_copy_outlives_its_first_tokens_when_their_files_are_renewed(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, tmp_path: Path, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """replicate_topics with both clusters' tokens in files: the run parks after its inventory until the tokens it
+    started with have expired, the files get fresh ones, and the run goes on (its admin clients asked again,
+    the copy engine and the executors read the files) to a verified copy a reader of the target confirms."""
+    source, target = auth_pair
+    tenant = unique("auth-file")
+    admin_d = source.admin(timeout_s=30)
+    admin_d.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
+    admin_d.put(f"/namespaces/{tenant}/ns")
+    admin_d.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    topic = f"persistent://{tenant}/ns/t"
+    c = role_client(source, auth.token(SUPERUSER_ROLE))
+    producer = c.create_producer(topic, batching_enabled=True)
+    sent = [f"m-{i}".encode() for i in range(300)]
+    for i, payload in enumerate(sent):
+        producer.send_async(payload, None, partition_key=str(i % 7))
+    producer.flush()
+    c.close()
+    files = {source.name: tmp_path / "source.token", target.name: tmp_path / "target.token"}
+    for path in files.values():
+        write_token(path, auth.token(SUPERUSER_ROLE))
+    spec = write_spec(tmp_path / "spec.json", tenant, source, target)
+    document = json.loads(spec.read_text())
+    for name, path in files.items():
+        document["clusters"][name].update({"token_env": None, "token_file": str(path)})
+    spec.write_text(json.dumps(document))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]) == 0
+        short = auth.create_token(SUPERUSER_ROLE, expiry="15s")
+        expires = time.time() + 15
+        for path in files.values():
+            write_token(path, short)
+        monkeypatch.setenv("PM_FAULT", "replicate.after_inventory@1=120")
+        monkeypatch.setenv("PM_FAULT_MARK_DIR", str(marks))
+        faults._armed.cache_clear()
+        outcome: list[int] = []
+        with caplog.at_level("INFO", logger="pulsar_migration.admin"):
+            runner = threading.Thread(target=lambda: outcome.append(
+                run_step(REPLICATE, replicate, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")])))
+            runner.start()
+            deadline = time.monotonic() + 120
+            while not (marks / "replicate.after_inventory").exists() and runner.is_alive() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert (marks / "replicate.after_inventory").exists(), "the run never reached its pause"
+            assert time.time() < expires, "the host took longer than the short token's life to reach the pause"
+            time.sleep(max(0.0, expires - time.time()) + 1.5)
+            fresh = auth.token(SUPERUSER_ROLE)
+            for path in files.values():
+                write_token(path, fresh)
+            (marks / "replicate.after_inventory.go").touch()
+            runner.join(300)
+        assert outcome == [0]
+        renewed = [r.getMessage() for r in caplog.records if "refused the token" in r.getMessage()]
+        assert renewed, "no admin call met the expired token: the run never needed the renewed file"
+        report = json.loads((tmp_path / "run" / f"{REPLICATE}.json").read_text())
+        assert report["verdict"] == "ok" and report["counts"]["copied_messages"] == len(sent), report["counts"]
+        # The outside judge: a plain reader on the target, with the spec's own client (the file's token).
+        got: list[bytes] = []
+        cluster = ClusterSpec.from_entry(target.name, document["clusters"][target.name])
+        reader_client = cluster.pulsar_client()
+        try:
+            for partition in range(2):
+                reader = reader_client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest)
+                while reader.has_message_available():
+                    got.append(reader.read_next(10_000).data())
+                reader.close()
+        finally:
+            reader_client.close()
+        assert sorted(got) == sorted(sent)
+    finally:
+        faults._armed.cache_clear()
+        drop_tenant(tenant, admin_d, target.admin(timeout_s=30))

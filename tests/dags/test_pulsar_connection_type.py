@@ -42,7 +42,8 @@ def test_the_connection_form_offers_pulsar_with_its_fields() -> None:
     standard = meta.standard_fields
     assert standard.login.hidden and standard.host.title == "Admin host" and standard.password.title == "Token"
     assert {name: field["schema"]["title"] for name, field in meta.extra_fields.items()} == {
-        "cluster_name": "Cluster name", "service_url": "Service URL", "listener_name": "Listener name", "tls": "TLS"}
+        "cluster_name": "Cluster name", "service_url": "Service URL", "listener_name": "Listener name",
+        "token_file": "Token file", "tls": "TLS"}
     assert meta.extra_fields["tls"]["schema"]["type"] == ["object", "null"]
 
 

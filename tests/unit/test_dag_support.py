@@ -170,3 +170,15 @@ def test_rollback_target_finds_the_migration_run_and_checks_its_connections(tmp_
         dag_support.rollback_target(str(tmp_path), "manual__nope", params)
     with pytest.raises(ValueError, match="PULSAR_TOKEN_PULSAR_CLUSTER_B, not through connection other_b"):
         dag_support.rollback_target(str(tmp_path), run_id, {**params, "target_conn": "other_b"})
+
+
+def test_a_connection_may_hold_a_token_file_instead_of_a_token() -> None:
+    renewed = Conn("pulsar_cluster_b", port=8082, extra_dejson={
+        "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "token_file": "/run/secrets/b.token"})
+    doc = spec_document(PARAMS, A, renewed)
+    assert doc["clusters"]["cluster-b"]["token_file"] == "/run/secrets/b.token"
+    assert doc["clusters"]["cluster-b"]["token_env"] is None
+    both = Conn("pulsar_cluster_b", port=8082, password="s3cret-token", extra_dejson=renewed.extra_dejson)
+    with pytest.raises(ValueError) as refused:
+        spec_document(PARAMS, A, both)
+    assert str(refused.value) == "spec: connection pulsar_cluster_b: holds a token and extra.token_file; give one"

@@ -94,3 +94,19 @@ def test_forwarding_follows_a_brokers_redirect_with_the_token_but_never_from_htt
     assert seen[:2] == [("http://b1:8081/lookup/v2/topic/x", "Bearer c"),
                         ("http://b2:9081/lookup/v2/topic/x?authoritative=true", "Bearer c")]
     assert len(seen) == 3  # the https answer's redirect to http was handed back, not followed
+
+
+def test_a_clusters_token_file_is_read_at_each_lookup_and_checked_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.token"
+    path.write_text("first\n")
+    cluster = LookupConfig.from_dict({**config(), "clusters": {"a": {"http_url": "http://a:8080",
+                                                                     "token_file": str(path)}}}).clusters["a"]
+    assert cluster.token() == "first"
+    path.write_text("renewed\n")
+    assert cluster.token() == "renewed"
+    path.unlink()
+    with pytest.raises(ConfigError, match=r"^lookup config: clusters\.a\.token_file file .* does not exist$"):
+        cluster.token()
+    with pytest.raises(ConfigError, match=r"^lookup config: clusters\.a sets both token_env and token_file; give one"):
+        LookupConfig.from_dict({**config(), "clusters": {"a": {"http_url": "http://a:8080", "token_env": "T",
+                                                               "token_file": str(path)}}})

@@ -373,3 +373,34 @@ def test_listener_name_round_trips_and_only_appears_when_set(spec_dict: dict[str
     spec_dict["clusters"]["cluster-b"]["listener_name"] = "no spaces"
     with pytest.raises(SpecError, match="listener_name"):
         MigrationSpec.from_dict(spec_dict)
+
+
+def test_a_token_file_is_read_at_each_use_and_checked_in_one_line(spec_dict: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "b.token"
+    path.write_text("t0k3n\n")
+    spec_dict["clusters"]["cluster-b"].update({"token_env": None, "token_file": str(path)})
+    spec = MigrationSpec.from_dict(spec_dict)
+    spec.check_environment()
+    assert spec.target_cluster.token() == "t0k3n"
+    assert spec.target_cluster.credential == f"the token in file {path}"
+    path.write_text("renewed")
+    assert spec.target_cluster.token() == "renewed"
+    assert MigrationSpec.from_json(spec.to_json()).target_cluster.token_file == str(path)
+    assert "renewed" not in spec.to_json()
+    path.unlink()
+    with pytest.raises(SpecError) as caught:
+        spec.check_environment()
+    assert str(caught.value) == f"spec: clusters.cluster-b.token_file file {path} does not exist"
+
+
+def test_a_spec_without_token_files_keeps_its_hash(spec_dict: dict[str, Any]) -> None:
+    """token_file is written only when set: run directories made before it keep matching their spec."""
+    spec = MigrationSpec.from_dict(spec_dict)
+    assert "token_file" not in spec.to_json()
+
+
+def test_token_env_and_token_file_together_are_refused(spec_dict: dict[str, Any]) -> None:
+    spec_dict["clusters"]["cluster-b"]["token_file"] = "/run/secrets/b.token"
+    with pytest.raises(SpecError) as caught:
+        MigrationSpec.from_dict(spec_dict)
+    assert str(caught.value) == "spec: clusters.cluster-b sets both token_env and token_file; give one"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,3 +64,47 @@ def test_a_refusal_of_an_expired_token_names_its_expiry_and_other_refusals_keep_
             client.get("/tenants")
         assert str(raised.value) == f"cluster cluster-b: HTTP 401 on GET /tenants with the token in PM_T: {why}"
         assert token not in str(raised.value)
+
+
+def test_a_token_file_is_read_at_each_call_trimmed_and_fails_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.token"
+    path.write_text("first\n")
+    assert tokens.read_file(str(path)) == "first"
+    path.write_text("  second  \n")  # renewed in place
+    assert tokens.read_file(str(path)) == "second"
+    path.write_text("\n")
+    with pytest.raises(tokens.TokenFileError, match=r"^file .*t\.token is empty$"):
+        tokens.read_file(str(path), attempts=1)
+    with pytest.raises(tokens.TokenFileError, match=r"^file .*gone\.token does not exist$"):
+        tokens.read_file(str(tmp_path / "gone.token"))
+
+
+def test_a_token_from_a_file_is_warned_about_as_renewable() -> None:
+    line = tokens.lifetime_warning(NOW + datetime.timedelta(minutes=12), "cluster b: the token in file /t", NOW,
+                                   renewable=True)
+    assert line is not None and line.startswith("cluster b: the token in file /t expires at 2026-11-28T08:12:00Z")
+    assert "needs a fresh token in the file" in line
+
+
+def test_an_admin_client_renews_a_refused_token_from_its_source_once() -> None:
+    """401 with the old token, the source holds a new one: asked again with it (one renewal per refusal); a
+    source still holding the refused token leaves the refusal as it was."""
+    from pulsar_migration.admin import AuthRejected, PulsarAdmin
+
+    from tests.unit.test_admin_errors import _Answers
+
+    refusal = b"<html><body>HTTP ERROR 401 Unauthorized</body></html>"
+    held = ["new"]
+    client = PulsarAdmin("http://127.0.0.1:1", token="old", name="cluster-b", credential="the token in file /t",
+                         token_source=lambda: held[0])
+    answers = _Answers([(401, refusal), (200, b'["public"]')])
+    answers.headers = {"Authorization": "Bearer old"}  # its own, not the class's shared one
+    client._session = answers  # type: ignore[assignment]
+    assert client.get("/tenants", retry=False) == ["public"]
+    assert answers.calls == 2 and answers.headers["Authorization"] == "Bearer new"
+    again = _Answers([(401, refusal)])
+    again.headers = {"Authorization": "Bearer new"}
+    client._session = again  # type: ignore[assignment]
+    with pytest.raises(AuthRejected, match="with the token in file /t: the token is missing, wrong or expired"):
+        client.get("/tenants", retry=False)
+    assert again.calls == 1  # the source's token is the refused one: not asked again

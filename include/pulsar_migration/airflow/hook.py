@@ -35,7 +35,7 @@ class PulsarHook(BaseHook):
 
     def admin(self, **kwargs: Any) -> PulsarAdmin:
         """An admin client with the connection's token (read from the connection in this process, never from
-        the environment); kwargs go to PulsarAdmin (timeout_s, retries)."""
+        the environment) or its token file; kwargs go to PulsarAdmin (timeout_s, retries)."""
         conn = self.connection()
         name, entry = dag_support.cluster_from_connection(conn)
         return ClusterSpec.from_entry(name, entry).admin(token=conn.password or None, **kwargs)

@@ -42,6 +42,11 @@ def get_provider_info() -> dict[str, Any]:
                                   "description": "The broker advertisedListeners entry to connect through (a "
                                                  "cluster behind NAT or a load balancer). Empty: the internal one.",
                                   "schema": {"type": ["string", "null"]}},
+                "token_file": {"label": "Token file",
+                               "description": "Instead of the token above: a file holding it, read again when a "
+                                              "cluster refuses the one in use (a token a secrets agent renews). "
+                                              "It must exist where the Spark jobs run.",
+                               "schema": {"type": ["string", "null"]}},
                 "tls": {"label": "TLS",
                         "description": 'For https/pulsar+ssl, e.g. {"trust_certs_file": "/etc/pulsar/ca.pem"}; keys: '
                                        "trust_certs_file, allow_insecure, cert_file, key_file. Empty: no TLS "

@@ -9,8 +9,9 @@
     }
 
 `http_url` is where the service forwards a cluster's lookups (a broker's or the cluster's HTTP service
-URL); `token_env` names the variable holding a token the service sends there. The admin API's token is
-read from `admin_token_env` at start; the service refuses to start without it.
+URL); `token_env` names the variable holding a token the service sends there, or `token_file` a file holding
+it, read at each forwarded lookup (a token renewed in place). The admin API's token is read from
+`admin_token_env` at start; the service refuses to start without it.
 
 TLS, both optional: a cluster's `"tls": {"trust_certs_file", "cert_file", "key_file", "allow_insecure"}` for an
 `https://` http_url signed by a private authority or requiring client certificates (the spec's cluster `tls`);
@@ -26,6 +27,8 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pulsar_migration import tokens
 
 CONFIG_ENV = "PM_LOOKUP_CONFIG"
 DEFAULT_TOKEN_ENV = "PM_LOOKUP_ADMIN_TOKEN"
@@ -48,6 +51,7 @@ class ClusterTarget:
     http_url: str
     token_env: str | None = None
     tls: dict[str, Any] | None = None  # TLS_CLIENT_KEYS
+    token_file: str | None = None
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """What the forwarding client verifies this cluster with (True: the system's trust store)."""
@@ -56,6 +60,11 @@ class ClusterTarget:
         return TlsSpec(**self.tls).settings().context() if self.tls else True
 
     def token(self) -> str | None:
+        if self.token_file:
+            try:
+                return tokens.read_file(self.token_file)
+            except tokens.TokenFileError as exc:
+                raise ConfigError(f"lookup config: clusters.{self.name}.token_file {exc}") from exc
         if not self.token_env:
             return None
         token = os.environ.get(self.token_env)
@@ -98,8 +107,11 @@ class LookupConfig:
         for name, c in raw.items():
             if not isinstance(c, dict) or not str(c.get("http_url", "")).startswith(("http://", "https://")):
                 raise ConfigError(f"lookup config: clusters.{name}.http_url must be an http(s) URL")
+            if c.get("token_env") and c.get("token_file"):
+                raise ConfigError(f"lookup config: clusters.{name} sets both token_env and token_file; give one")
             clusters[name] = ClusterTarget(name, str(c["http_url"]).rstrip("/"), c.get("token_env"),
-                                           _tls_entry(f"clusters.{name}.tls", c.get("tls"), TLS_CLIENT_KEYS))
+                                           _tls_entry(f"clusters.{name}.tls", c.get("tls"), TLS_CLIENT_KEYS),
+                                           c.get("token_file"))
         default = data.get("default_cluster")
         if default not in clusters:
             raise ConfigError(f"lookup config: default_cluster {default!r} is not one of {sorted(clusters)}")

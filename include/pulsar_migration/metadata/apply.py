@@ -93,6 +93,10 @@ class ChangeApplier:
         peer = self.spec.clusters[c.key]
         if data.get("authenticationPlugin") == TOKEN_AUTH_PLUGIN:  # geo mode only: brokers replicate
             data["authenticationParameters"] = f"token:{peer.token()}"
+            if peer.token_file:  # the brokers' replicators cannot read the tools' file: they get today's token
+                log.warning("cluster %s's registration on %s holds the token now in %s; the brokers never read "
+                            "that file again, so give their replication a token that outlives it", c.key,
+                            admin.name, peer.token_file)
         admin.put(f"/clusters/{seg(c.key)}", data)  # plan only creates: a registration is never overwritten
 
     def _apply_tenant(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:

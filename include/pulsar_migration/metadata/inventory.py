@@ -83,7 +83,7 @@ def registration_payload(cluster: ClusterSpec, *, with_auth: bool) -> dict[str, 
         if cluster.tls.cert_file and cluster.tls.key_file:  # a peer's replicator shows them to a mutual-TLS broker
             payload["brokerClientCertificateFilePath"] = cluster.tls.cert_file
             payload["brokerClientKeyFilePath"] = cluster.tls.key_file
-    if with_auth and cluster.token_env:
+    if with_auth and (cluster.token_env or cluster.token_file):
         payload["authenticationPlugin"] = TOKEN_AUTH_PLUGIN
     return payload
 

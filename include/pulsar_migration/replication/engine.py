@@ -488,8 +488,11 @@ class EngineProcess:
         env = dict(os.environ)
         for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
             env.pop(name, None)
-            token = cluster.token()
-            if token:
+            env.pop(f"{name}_FILE", None)
+            token = cluster.token()  # also checks a token file is there and holds one
+            if token and cluster.token_file:
+                env[f"{name}_FILE"] = cluster.token_file  # read by the engine at each use, as here
+            elif token:
                 env[name] = token
         extra = os.environ.get("PM_ENGINE_JAVA_OPTIONS", "").split()  # e.g. a larger heap, a flight recording
         # A start known to get no partitions (`may_record` false) would record an archive only to drop it at exit.

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any, Literal, TypeVar
 
-from pulsar_migration import rundir
+from pulsar_migration import faults, rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position, ledger_sizes
@@ -125,6 +125,7 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
                 jobs = [replace(job, reader_guard=guards.get(job.base_topic, (0, source_ttl.MARKER_TOLERANCE)))
                         for job in jobs]
             check_trim(report.details, tgt_admin, jobs, ends, spec.admin_concurrency)
+        faults.at("replicate.after_inventory", 1)  # tests park here (PM_FAULT), e.g. to outlive a token
         if not ctx.dry_run:
             started = time.monotonic()
             running = {t for t, state in snapshot.target.items() if state.deduplicating} if snapshot else set()

@@ -14,7 +14,8 @@
  * broker's own RawReader does) and to send a prepared message (ProducerImpl.internalSendAsync).
  *
  * Input and output are lines of JSON on stdin and stdout (see main). Partitions run at once, each in its own
- * thread. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN), never from arguments.
+ * thread. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN), never from arguments, or from the
+ * files PM_SOURCE_TOKEN_FILE / PM_TARGET_TOKEN_FILE name, read at each use (a token renewed in place).
  */
 package org.apache.pulsar.client.impl;
 
@@ -41,6 +42,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Supplier;
 import org.apache.pulsar.client.api.AuthenticationFactory;
 import org.apache.pulsar.client.api.ClientBuilder;
 import org.apache.pulsar.client.api.Consumer;
@@ -193,14 +195,14 @@ public final class EntryCopy {
         HttpClient http;
         final String url;
         final String adminUrl;
-        final String token;
+        final Supplier<String> token;  // null: no auth
         final String name;
         final Map<Long, Schema<byte[]>> cache = new HashMap<>();
 
         static final int MAX_REDIRECTS = 5;
         final JsonNode tls;  // the source's TLS settings as the spec gives them (null: none)
 
-        SchemaLookup(String adminUrl, String token, JsonNode tls, String baseTopic) {
+        SchemaLookup(String adminUrl, Supplier<String> token, JsonNode tls, String baseTopic) {
             TopicName tn = TopicName.get(baseTopic);
             this.adminUrl = adminUrl.replaceAll("/+$", "");
             // Encoded twice: the broker's schemas resource decodes the name twice ('a+b' once encoded is 'a b').
@@ -241,7 +243,7 @@ public final class EntryCopy {
                 HttpRequest.Builder request = HttpRequest.newBuilder(uri).timeout(Duration.ofSeconds(30)).GET();
                 boolean downgraded = adminUrl.startsWith("https:") && !"https".equals(uri.getScheme());
                 if (token != null && !downgraded) {
-                    request.header("Authorization", "Bearer " + token);
+                    request.header("Authorization", "Bearer " + token.get());
                 }
                 HttpResponse<String> answer = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
                 int status = answer.statusCode();
@@ -530,6 +532,24 @@ public final class EntryCopy {
         return value == null || value.isNull() ? null : value.asText();
     }
 
+    /** The token `tokenEnv` holds, or the file `tokenEnv`_FILE names read at each call (trimmed, as the Pulsar
+     * client reads `file:` tokens); null without either. */
+    static Supplier<String> tokenSupplier(String tokenEnv) {
+        String file = System.getenv(tokenEnv + "_FILE");
+        if (file != null && !file.isEmpty()) {
+            java.nio.file.Path path = java.nio.file.Path.of(file);
+            return () -> {
+                try {
+                    return java.nio.file.Files.readString(path, StandardCharsets.UTF_8).trim();
+                } catch (java.io.IOException e) {
+                    throw new java.io.UncheckedIOException("token file " + file + " is not readable", e);
+                }
+            };
+        }
+        String token = System.getenv(tokenEnv);
+        return token == null || token.isEmpty() ? null : () -> token;
+    }
+
     static PulsarClient client(JsonNode cluster, String tokenEnv) throws Exception {
         // No client stats (statsInterval 0): each consumer and producer created with them writes its whole
         // configuration as JSON for a log line nobody reads, 16% of the engine's sampled CPU on a tenant of 1214
@@ -538,8 +558,8 @@ public final class EntryCopy {
                 .operationTimeout(30, TimeUnit.SECONDS).ioThreads(1).listenerThreads(1)
                 .statsInterval(0, TimeUnit.SECONDS)
                 .memoryLimit(CLIENT_MEMORY_MB, org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES);
-        String token = System.getenv(tokenEnv);
-        if (token != null && !token.isEmpty()) {
+        Supplier<String> token = tokenSupplier(tokenEnv);
+        if (token != null) {
             builder.authentication(AuthenticationFactory.token(token));
         }
         String listener = text(cluster, "listener_name");
@@ -654,9 +674,8 @@ public final class EntryCopy {
         this.gapTolerance = job.path("gap_tolerance").asInt(0);
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
-        String token = System.getenv("PM_SOURCE_TOKEN");
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
-                token == null || token.isEmpty() ? null : token, common.get("source").get("tls"),
+                tokenSupplier("PM_SOURCE_TOKEN"), common.get("source").get("tls"),
                 job.get("base_topic").asText());
     }
 
