@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pulsar
 import pytest
 from localdev import pulsar_local
@@ -40,7 +41,7 @@ from tests.conftest import unique
 from tests.dags.conftest import AirflowTestDb
 from tests.dags.dag_runs import failures, rendered_fields, run_dag, xcom
 from tests.integration.lookup_helpers import TOKEN as LOOKUP_TOKEN
-from tests.integration.lookup_helpers import start_service
+from tests.integration.lookup_helpers import LookupProcess, free_port, start_service
 from tests.integration.tenant_builders import drop_tenant, snapshot, write_spec
 from tests.integration.test_sync_progress import receive_expecting
 from tests.integration.test_tls import LEAN_JVM, lean_jvm
@@ -444,3 +445,31 @@ def test_a_copy_outlives_its_first_tokens_when_their_files_are_renewed(
     finally:
         faults._armed.cache_clear()
         drop_tenant(tenant, admin_d, target.admin(timeout_s=30))
+
+
+def test_the_lookup_service_reads_its_cluster_token_file_at_each_lookup(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, tmp_path: Path,
+) -> None:
+    """A client that sends no token is looked up with the service's token for the cluster, from a file: refused
+    while the file holds an expired token, answered once the file is renewed, the service never restarted."""
+    source, _ = auth_pair
+    token_file = tmp_path / "d.token"
+    write_token(token_file, auth.create_token(SUPERUSER_ROLE, expiry="1s"))
+    config, port = tmp_path / "lookup.json", free_port()
+    config.write_text(json.dumps({
+        "clusters": {source.name: {"http_url": source.admin_url, "token_file": str(token_file)}},
+        "default_cluster": source.name, "database_url": f"sqlite:///{tmp_path / 'routes.db'}", "port": port}))
+    service = LookupProcess(config, port)
+    service.start()
+    try:
+        time.sleep(2.5)  # past the first token's expiry
+        lookup = f"{service.url}/lookup/v2/topic/persistent/public/default/pm-token-file-probe"
+        refused = httpx.get(lookup, timeout=30)
+        assert refused.status_code == 401, refused.text
+        write_token(token_file, auth.token(SUPERUSER_ROLE))
+        answered = httpx.get(lookup, timeout=30)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["brokerUrl"] == source.service_url
+    finally:
+        output = service.stop()
+    assert auth.token(SUPERUSER_ROLE) not in output
