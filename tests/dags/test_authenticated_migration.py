@@ -1,7 +1,8 @@
 """A whole migration between two clusters that require tokens (token authentication and authorization on,
 keys and tokens made by the distribution's `bin/pulsar tokens`): the migration DAG with the tokens only in
-Airflow connections, clients of the tenant's own role before and after, the lookup service in between, and
-the distribution's `bin/pulsar-admin` as an outside judge. Then bad credentials, step by step.
+Airflow connections (one as the password, one in a token file the connection names), clients of the tenant's own role before and after, the lookup service in between, and
+the distribution's `bin/pulsar-admin` as an outside judge. Then bad credentials, step by step, and tokens in
+files renewed while a run goes on.
 
 The pair is cluster-d and cluster-e (ports 8084/8085, 6654/6655), started here with auth and stopped after,
 so the open pair the other tests use is never touched.
@@ -168,10 +169,17 @@ def test_migration_dag_moves_a_tenant_between_authenticated_clusters(
 
     # The lookup service routes the tenant's clients and forwards their own token; it holds none for the clusters.
     lookup = start_service(tmp_path, [source, target], source)
-    for conn_id, cluster in (("pm_auth_source", source), ("pm_auth_target", target)):
+    # The source's token is the connection's password; the target's sits in a file the connection names (a token
+    # a secrets agent would renew), so every step runs with both kinds.
+    target_token_file = tmp_path / "target.token"
+    write_token(target_token_file, superuser)
+    for conn_id, cluster, password, extra in (
+            ("pm_auth_source", source, superuser, {}),
+            ("pm_auth_target", target, None, {"token_file": str(target_token_file)})):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
             "conn_type": "pulsar", "host": "127.0.0.1", "port": cluster.web_port, "schema": "http",
-            "password": superuser, "extra": {"cluster_name": cluster.name, "service_url": cluster.service_url}}))
+            "password": password,
+            "extra": {"cluster_name": cluster.name, "service_url": cluster.service_url, **extra}}))
     monkeypatch.setenv("AIRFLOW_CONN_PM_AUTH_LOOKUP", json.dumps({
         "conn_type": "http", "host": "127.0.0.1", "port": lookup.port, "schema": "http", "password": LOOKUP_TOKEN}))
     secrets = {"superuser token": superuser, "tenant-admin token": tenant_admin, "lookup token": LOOKUP_TOKEN}
