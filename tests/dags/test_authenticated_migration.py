@@ -1,8 +1,8 @@
 """A whole migration between two clusters that require tokens (token authentication and authorization on,
 keys and tokens made by the distribution's `bin/pulsar tokens`): the migration DAG with the tokens only in
-Airflow connections (one as the password, one in a token file the connection names), clients of the tenant's own role before and after, the lookup service in between, and
-the distribution's `bin/pulsar-admin` as an outside judge. Then bad credentials, step by step, and tokens in
-files renewed while a run goes on.
+Airflow connections (one as the password, one in a token file the connection names), clients of the tenant's
+own role before and after, the lookup service in between, and the distribution's `bin/pulsar-admin` as an
+outside judge. Then bad credentials, step by step, and tokens in files renewed while a run goes on.
 
 The pair is cluster-d and cluster-e (ports 8084/8085, 6654/6655), started here with auth and stopped after,
 so the open pair the other tests use is never touched.
