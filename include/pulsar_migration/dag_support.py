@@ -94,10 +94,12 @@ def cluster_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
     }
     if extra.get("listener_name"):
         entry["listener_name"] = extra["listener_name"]
-    if extra.get("token_file"):
-        if conn.password:
-            raise ValueError(f"connection {conn.conn_id}: holds a token and extra.token_file; give one")
-        entry["token_file"] = extra["token_file"]
+    for key in ("token_file", "oauth2"):
+        if extra.get(key):
+            if conn.password or entry.get("token_file"):
+                raise ValueError(f"connection {conn.conn_id}: holds more than one of a token (password), "
+                                 "extra.token_file and extra.oauth2; give one")
+            entry[key] = extra[key]
     return str(extra.get("cluster_name") or conn.conn_id), entry
 
 

@@ -25,8 +25,9 @@ from urllib.parse import urlparse
 
 import jsonschema
 
-from pulsar_migration import tokens
-from pulsar_migration.admin import PulsarAdmin, TlsSettings
+from pulsar_migration import oauth2, tokens
+from pulsar_migration.admin import AuthRejected, PulsarAdmin, TlsSettings
+from pulsar_migration.oauth2 import OAuth2Spec
 from pulsar_migration.throttle import Caps
 
 if TYPE_CHECKING:
@@ -101,6 +102,22 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                         "description": "File holding the auth token instead of token_env, read at each use: a "
                                        "token renewed in place (a secrets agent, a projected service-account "
                                        "token) keeps a long run going. It must exist where the steps run."},
+                    "oauth2": {
+                        "title": "OAuth2 client credentials",
+                        "description": "Instead of a token: access tokens from an OAuth2 issuer (Pulsar's "
+                                       "client-credentials flow); the client id and secret stay in credentials_file.",
+                        "type": ["object", "null"], "default": None, "additionalProperties": False,
+                        "required": ["issuer_url", "credentials_file"],
+                        "properties": {
+                            "issuer_url": {"title": "Issuer URL", "type": "string", "minLength": 1,
+                                           "description": "Serves /.well-known/openid-configuration."},
+                            "credentials_file": {"title": "Credentials file", "type": "string", "minLength": 1,
+                                                 "description": "JSON with client_id and client_secret (Pulsar's "
+                                                                "key file); it must exist where the steps run."},
+                            "audience": {"title": "Audience", "type": ["string", "null"], "default": None},
+                            "scope": {"title": "Scope", "type": ["string", "null"], "default": None},
+                        },
+                    },
                     "listener_name": {
                         "title": "Listener name",
                         "description": "The broker `advertisedListeners` entry clients connect through (a cluster "
@@ -345,19 +362,27 @@ class ClusterSpec:
     tls: TlsSpec | None = None
     listener_name: str | None = None
     token_file: str | None = None
+    oauth2: OAuth2Spec | None = None
 
     @classmethod
     def from_entry(cls, name: str, entry: Mapping[str, Any]) -> ClusterSpec:
         """One entry of the spec's `clusters` mapping (admin_url, service_url, token_env or token_file, tls,
         listener_name)."""
-        tls = entry.get("tls")
+        tls, oauth = entry.get("tls"), entry.get("oauth2")
         return cls(name=name, admin_url=entry["admin_url"], service_url=entry["service_url"],
                    token_env=entry.get("token_env"), tls=TlsSpec(**tls) if tls is not None else None,
-                   listener_name=entry.get("listener_name"), token_file=entry.get("token_file"))
+                   listener_name=entry.get("listener_name"), token_file=entry.get("token_file"),
+                   oauth2=OAuth2Spec(**oauth) if oauth is not None else None)
 
     def token(self) -> str | None:
         """The token now (None without auth): from the environment, or read from token_file at each call.
-        SpecError when the variable is unset or the file missing, unreadable or empty."""
+        SpecError when the variable is unset or the file missing, unreadable or empty; with oauth2, the issuer's
+        access token (cached), AuthRejected in one line when the issuer gives none."""
+        if self.oauth2:
+            try:
+                return oauth2.access_token(self.oauth2)
+            except oauth2.OAuth2Error as exc:
+                raise AuthRejected(f"cluster {self.name}: {exc}", None, self.oauth2.issuer_url) from exc
         if self.token_file:
             try:
                 return tokens.read_file(self.token_file)
@@ -373,6 +398,8 @@ class ClusterSpec:
     @property
     def credential(self) -> str:
         """Where this cluster's token comes from, for the one line a refusal prints (never the token)."""
+        if self.oauth2:
+            return f"an OAuth2 token from {self.oauth2.issuer_url}"
         if self.token_file:
             return f"the token in file {self.token_file}"
         return f"the token in {self.token_env}" if self.token_env else "no token (token_env is null)"
@@ -386,8 +413,14 @@ class ClusterSpec:
             log.error("%s", exc)
             return ""
 
+    def _fresh_oauth2_token(self) -> str:
+        assert self.oauth2 is not None
+        return oauth2.access_token(self.oauth2, fresh=True)
+
     def expired_token_note(self) -> str | None:
         """`the token in VAR (cluster X) expired at T` once its `exp` has passed (None otherwise, or without one)."""
+        if self.oauth2:  # fetched again when refused: its expiry explains nothing
+            return None
         try:
             token = self.token() if self.token_file else os.environ.get(self.token_env) if self.token_env else None
         except SpecError:
@@ -406,7 +439,7 @@ class ClusterSpec:
         tls = self.tls.settings() if self.tls else None
         credential = "the given token" if token else self.credential
         # A token file is read again when the cluster refuses the token in use (renewed in place meanwhile).
-        source = self.token if self.token_file and not token else None
+        source = None if token else self.token if self.token_file else self._fresh_oauth2_token if self.oauth2 else None
         return PulsarAdmin(self.admin_url, token=token or self.token(), tls=tls, name=self.name,
                            credential=credential, token_source=source, **kwargs)
 
@@ -415,7 +448,9 @@ class ClusterSpec:
         cluster's auth and TLS; kwargs go to pulsar.Client."""
         import pulsar  # deferred: the C++ client is only needed by steps that move messages
 
-        token: Any = self.token()
+        if self.oauth2:  # the client runs the flow itself, from the same issuer and credentials file
+            kwargs.setdefault("authentication", pulsar.AuthenticationOauth2(self.oauth2.client_params()))
+        token: Any = None if self.oauth2 else self.token()
         if token and self.token_file:
             token = self.client_token  # read at each connection: a token renewed in the file reaches new ones
         # The client's own INFO log is per connection and per producer; a Python logger here could
@@ -443,6 +478,8 @@ class ClusterSpec:
             entry["listener_name"] = self.listener_name
         if self.token_file:  # likewise
             entry["token_file"] = self.token_file
+        if self.oauth2:  # likewise
+            entry["oauth2"] = self.oauth2.to_dict()
         return entry
 
 
@@ -563,8 +600,12 @@ class MigrationSpec:
         is missing or unreadable (run where the clients are built: the Spark driver)."""
         ordered = [self.source, self.target, *(n for n in self.clusters if n not in (self.source, self.target))]
         for name in ordered:
-            self.clusters[name].token()
-            self.clusters[name].check_tls_files()
+            cluster = self.clusters[name]
+            if cluster.oauth2:  # the issuer is asked at the step's first call, not here
+                _check_readable(f"clusters.{name}.oauth2.credentials_file", cluster.oauth2.credentials_file)
+            else:
+                cluster.token()
+            cluster.check_tls_files()
         self.lookup_token()
         if self.lookup_trust_certs_file:
             _check_readable("lookup.trust_certs_file", self.lookup_trust_certs_file)
@@ -585,8 +626,9 @@ class MigrationSpec:
                 admin.check_credentials()
             finally:
                 admin.close()
-            warning = tokens.lifetime_warning(admin.token_expiry, f"cluster {name}: {admin.credential}",
-                                              renewable=bool(self.clusters[name].token_file))
+            cluster = self.clusters[name]
+            warning = None if cluster.oauth2 else tokens.lifetime_warning(  # OAuth2 tokens are fetched anew
+                admin.token_expiry, f"cluster {name}: {admin.credential}", renewable=bool(cluster.token_file))
             if warning:
                 log.warning("%s", warning)
 
@@ -786,8 +828,12 @@ def _check_semantics(s: dict[str, Any]) -> None:
     for name, c in clusters.items():
         _check_url(f"clusters.{name}.admin_url", c.admin_url, ("http", "https"))
         _check_url(f"clusters.{name}.service_url", c.service_url, ("pulsar", "pulsar+ssl"))
-        if c.token_env and c.token_file:
-            raise SpecError(f"spec: clusters.{name} sets both token_env and token_file; give one")
+        given = [key for key, value in (("token_env", c.token_env), ("token_file", c.token_file),
+                                        ("oauth2", c.oauth2)) if value]
+        if len(given) > 1:
+            raise SpecError(f"spec: clusters.{name} sets {' and '.join(given)}; give one")
+        if c.oauth2:
+            _check_url(f"clusters.{name}.oauth2.issuer_url", c.oauth2.issuer_url, ("http", "https"))
         if c.tls and c.tls.key_file and not c.tls.cert_file:
             raise SpecError(f"spec: clusters.{name}.tls.key_file is set but cert_file is not")
     if s["lookup_url"] is not None:

@@ -43,7 +43,7 @@ def test_the_connection_form_offers_pulsar_with_its_fields() -> None:
     assert standard.login.hidden and standard.host.title == "Admin host" and standard.password.title == "Token"
     assert {name: field["schema"]["title"] for name, field in meta.extra_fields.items()} == {
         "cluster_name": "Cluster name", "service_url": "Service URL", "listener_name": "Listener name",
-        "token_file": "Token file", "tls": "TLS"}
+        "token_file": "Token file", "oauth2": "OAuth2", "tls": "TLS"}
     assert meta.extra_fields["tls"]["schema"]["type"] == ["object", "null"]
 
 

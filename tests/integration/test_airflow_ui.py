@@ -264,7 +264,8 @@ def test_a_dry_run_triggered_in_the_browser_shows_its_report_in_the_plugin(
                 saved = api.call("GET", f"/connections/{UI_CONN}")
                 assert (saved["conn_type"], saved["host"], saved["port"]) == ("pulsar", "127.0.0.1", cluster_a.web_port)
                 assert json.loads(saved["extra"]) == {"cluster_name": "cluster-a", "service_url": cluster_a.service_url,
-                                                      "listener_name": None, "token_file": None, "tls": None}
+                                                      "listener_name": None, "token_file": None, "oauth2": None,
+                                                      "tls": None}
 
                 before = (snapshot(admin_a, tenant), admin_a.get(f"/tenants/{tenant}"), snapshot(admin_b, tenant))
                 assert before[2] == {"tenant": None}

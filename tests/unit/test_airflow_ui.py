@@ -29,7 +29,7 @@ def test_provider_info_is_valid_for_airflow_and_installed_as_an_entry_point() ->
     assert canonicalize_name(found.dist.metadata["Name"]) == info["package-name"] == found.load()()["package-name"]
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == "pulsar" and set(conn_type["conn-fields"]) == {
-        "cluster_name", "service_url", "listener_name", "token_file", "tls"}
+        "cluster_name", "service_url", "listener_name", "token_file", "oauth2", "tls"}
 
 
 def write_report(base: Path, run_id: str, verdict: str) -> Path:

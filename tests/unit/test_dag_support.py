@@ -181,4 +181,10 @@ def test_a_connection_may_hold_a_token_file_instead_of_a_token() -> None:
     both = Conn("pulsar_cluster_b", port=8082, password="s3cret-token", extra_dejson=renewed.extra_dejson)
     with pytest.raises(ValueError) as refused:
         spec_document(PARAMS, A, both)
-    assert str(refused.value) == "spec: connection pulsar_cluster_b: holds a token and extra.token_file; give one"
+    assert str(refused.value) == ("spec: connection pulsar_cluster_b: holds more than one of a token (password), "
+                                  "extra.token_file and extra.oauth2; give one")
+    oauth = {"issuer_url": "https://auth.example.com/", "credentials_file": "/etc/pulsar/b.json"}
+    with_oauth = Conn("pulsar_cluster_b", port=8082, extra_dejson={
+        "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "oauth2": oauth})
+    doc = spec_document(PARAMS, A, with_oauth)
+    assert MigrationSpec.from_dict(doc).target_cluster.oauth2.credentials_file == "/etc/pulsar/b.json"

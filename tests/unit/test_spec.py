@@ -403,4 +403,4 @@ def test_token_env_and_token_file_together_are_refused(spec_dict: dict[str, Any]
     spec_dict["clusters"]["cluster-b"]["token_file"] = "/run/secrets/b.token"
     with pytest.raises(SpecError) as caught:
         MigrationSpec.from_dict(spec_dict)
-    assert str(caught.value) == "spec: clusters.cluster-b sets both token_env and token_file; give one"
+    assert str(caught.value) == "spec: clusters.cluster-b sets token_env and token_file; give one"

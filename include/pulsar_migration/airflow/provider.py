@@ -47,6 +47,11 @@ def get_provider_info() -> dict[str, Any]:
                                               "cluster refuses the one in use (a token a secrets agent renews). "
                                               "It must exist where the Spark jobs run.",
                                "schema": {"type": ["string", "null"]}},
+                "oauth2": {"label": "OAuth2",
+                           "description": 'Instead of a token: {"issuer_url": "https://auth.example.com/", '
+                                          '"credentials_file": "/etc/pulsar/client.json", "audience": "...", '
+                                          '"scope": "..."} (the file holds client_id and client_secret).',
+                           "schema": {"type": ["object", "null"]}},
                 "tls": {"label": "TLS",
                         "description": 'For https/pulsar+ssl, e.g. {"trust_certs_file": "/etc/pulsar/ca.pem"}; keys: '
                                        "trust_certs_file, allow_insecure, cert_file, key_file. Empty: no TLS "

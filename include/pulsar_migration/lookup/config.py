@@ -10,7 +10,8 @@
 
 `http_url` is where the service forwards a cluster's lookups (a broker's or the cluster's HTTP service
 URL); `token_env` names the variable holding a token the service sends there, or `token_file` a file holding
-it, read at each forwarded lookup (a token renewed in place). The admin API's token is read from
+it, read at each forwarded lookup (a token renewed in place), or `oauth2` an issuer and credentials file
+(pulsar_migration.oauth2, as the spec's). The admin API's token is read from
 `admin_token_env` at start; the service refuses to start without it.
 
 TLS, both optional: a cluster's `"tls": {"trust_certs_file", "cert_file", "key_file", "allow_insecure"}` for an
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsar_migration import tokens
+from pulsar_migration import oauth2, tokens
+from pulsar_migration.oauth2 import OAuth2Spec
 
 CONFIG_ENV = "PM_LOOKUP_CONFIG"
 DEFAULT_TOKEN_ENV = "PM_LOOKUP_ADMIN_TOKEN"
@@ -52,6 +54,7 @@ class ClusterTarget:
     token_env: str | None = None
     tls: dict[str, Any] | None = None  # TLS_CLIENT_KEYS
     token_file: str | None = None
+    oauth2: OAuth2Spec | None = None
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """What the forwarding client verifies this cluster with (True: the system's trust store)."""
@@ -60,6 +63,11 @@ class ClusterTarget:
         return TlsSpec(**self.tls).settings().context() if self.tls else True
 
     def token(self) -> str | None:
+        if self.oauth2:  # cached until shortly before it lapses: the issuer is asked about once per token life
+            try:
+                return oauth2.access_token(self.oauth2)
+            except oauth2.OAuth2Error as exc:
+                raise ConfigError(f"lookup config: clusters.{self.name}: {exc}") from exc
         if self.token_file:
             try:
                 return tokens.read_file(self.token_file)
@@ -107,11 +115,17 @@ class LookupConfig:
         for name, c in raw.items():
             if not isinstance(c, dict) or not str(c.get("http_url", "")).startswith(("http://", "https://")):
                 raise ConfigError(f"lookup config: clusters.{name}.http_url must be an http(s) URL")
-            if c.get("token_env") and c.get("token_file"):
-                raise ConfigError(f"lookup config: clusters.{name} sets both token_env and token_file; give one")
+            given = [key for key in ("token_env", "token_file", "oauth2") if c.get(key)]
+            if len(given) > 1:
+                raise ConfigError(f"lookup config: clusters.{name} sets {' and '.join(given)}; give one")
+            try:
+                oauth = OAuth2Spec(**c["oauth2"]) if c.get("oauth2") else None
+            except TypeError:
+                raise ConfigError(f"lookup config: clusters.{name}.oauth2 must be an object with issuer_url and "
+                                  "credentials_file (audience, scope optional)") from None
             clusters[name] = ClusterTarget(name, str(c["http_url"]).rstrip("/"), c.get("token_env"),
                                            _tls_entry(f"clusters.{name}.tls", c.get("tls"), TLS_CLIENT_KEYS),
-                                           c.get("token_file"))
+                                           c.get("token_file"), oauth)
         default = data.get("default_cluster")
         if default not in clusters:
             raise ConfigError(f"lookup config: default_cluster {default!r} is not one of {sorted(clusters)}")

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from pulsar_migration.admin import AdminError, Conflict, PulsarAdmin, schema_path, seg, seg_twice
 from pulsar_migration.metadata import resources as r
-from pulsar_migration.metadata.inventory import TOKEN_AUTH_PLUGIN
+from pulsar_migration.metadata.inventory import OAUTH2_AUTH_PLUGIN, TOKEN_AUTH_PLUGIN
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CREATE
 from pulsar_migration.spec import MigrationSpec
 
@@ -91,6 +91,11 @@ class ChangeApplier:
     def _apply_cluster(self, admin: PulsarAdmin, c: Change, _: Any) -> None:
         data = json.loads(c.desired)
         peer = self.spec.clusters[c.key]
+        if data.get("authenticationPlugin") == OAUTH2_AUTH_PLUGIN and peer.oauth2:  # geo mode only
+            data["authenticationParameters"] = peer.oauth2.broker_params()
+            log.warning("cluster %s's registration on %s names the OAuth2 credentials file %s: the brokers' "
+                        "replicators read it on their own hosts, so it must exist there", c.key, admin.name,
+                        peer.oauth2.credentials_file)
         if data.get("authenticationPlugin") == TOKEN_AUTH_PLUGIN:  # geo mode only: brokers replicate
             data["authenticationParameters"] = f"token:{peer.token()}"
             if peer.token_file:  # the brokers' replicators cannot read the tools' file: they get today's token

@@ -20,6 +20,7 @@ from pulsar_migration.stepjob import BadInput, StepFailed
 log = logging.getLogger(__name__)
 
 TOKEN_AUTH_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+OAUTH2_AUTH_PLUGIN = "org.apache.pulsar.client.impl.auth.oauth2.AuthenticationOAuth2"
 
 
 class MetadataError(StepFailed):
@@ -83,7 +84,9 @@ def registration_payload(cluster: ClusterSpec, *, with_auth: bool) -> dict[str, 
         if cluster.tls.cert_file and cluster.tls.key_file:  # a peer's replicator shows them to a mutual-TLS broker
             payload["brokerClientCertificateFilePath"] = cluster.tls.cert_file
             payload["brokerClientKeyFilePath"] = cluster.tls.key_file
-    if with_auth and (cluster.token_env or cluster.token_file):
+    if with_auth and cluster.oauth2:
+        payload["authenticationPlugin"] = OAUTH2_AUTH_PLUGIN
+    elif with_auth and (cluster.token_env or cluster.token_file):
         payload["authenticationPlugin"] = TOKEN_AUTH_PLUGIN
     return payload
 

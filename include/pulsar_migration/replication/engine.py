@@ -489,8 +489,11 @@ class EngineProcess:
         for name, cluster in (("PM_SOURCE_TOKEN", source), ("PM_TARGET_TOKEN", target)):
             env.pop(name, None)
             env.pop(f"{name}_FILE", None)
-            token = cluster.token()  # also checks a token file is there and holds one
-            if token and cluster.token_file:
+            env.pop(f"{name}_OAUTH2", None)
+            token = cluster.token()  # also checks a token file is there and holds one, or the issuer answers
+            if cluster.oauth2:  # the engine's client runs the flow itself (settings and a path: no secret)
+                env[f"{name}_OAUTH2"] = json.dumps(cluster.oauth2.to_dict())
+            elif token and cluster.token_file:
                 env[f"{name}_FILE"] = cluster.token_file  # read by the engine at each use, as here
             elif token:
                 env[name] = token

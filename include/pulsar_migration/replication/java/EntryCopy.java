@@ -15,7 +15,8 @@
  *
  * Input and output are lines of JSON on stdin and stdout (see main). Partitions run at once, each in its own
  * thread. Tokens come from the environment (PM_SOURCE_TOKEN, PM_TARGET_TOKEN), never from arguments, or from the
- * files PM_SOURCE_TOKEN_FILE / PM_TARGET_TOKEN_FILE name, read at each use (a token renewed in place).
+ * files PM_SOURCE_TOKEN_FILE / PM_TARGET_TOKEN_FILE name, read at each use (a token renewed in place), or from an
+ * OAuth2 issuer by the client-credentials flow (PM_*_TOKEN_OAUTH2: issuer, credentials file, audience, scope).
  */
 package org.apache.pulsar.client.impl;
 
@@ -550,6 +551,52 @@ public final class EntryCopy {
         return token == null || token.isEmpty() ? null : () -> token;
     }
 
+    /** The client authentication `tokenEnv` stands for (see tokenSupplier; `tokenEnv`_OAUTH2: OAuth2 client
+     * credentials, the flow Pulsar's AuthenticationOAuth2 runs); null without any. */
+    static org.apache.pulsar.client.api.Authentication authentication(String tokenEnv) throws Exception {
+        String oauth = System.getenv(tokenEnv + "_OAUTH2");
+        if (oauth != null && !oauth.isEmpty()) {
+            JsonNode settings = JSON.readTree(oauth);
+            return org.apache.pulsar.client.impl.auth.oauth2.AuthenticationFactoryOAuth2.clientCredentials(
+                    new URI(settings.get("issuer_url").asText()).toURL(),
+                    java.nio.file.Path.of(settings.get("credentials_file").asText()).toUri().toURL(),
+                    text(settings, "audience"), text(settings, "scope"));
+        }
+        Supplier<String> token = tokenSupplier(tokenEnv);
+        return token == null ? null : AuthenticationFactory.token(token);
+    }
+
+    /** The bearer token for the engine's own admin reads: the same kind of authentication as its clients',
+     * started once and kept (null without auth). */
+    static Supplier<String> bearer(String tokenEnv) {
+        org.apache.pulsar.client.api.Authentication auth = BEARERS.computeIfAbsent(tokenEnv, env -> {
+            try {
+                org.apache.pulsar.client.api.Authentication made = authentication(env);
+                if (made != null) {
+                    made.start();
+                }
+                return made == null ? NO_AUTH : made;
+            } catch (Exception e) {
+                throw new IllegalStateException("authentication from " + env + ": " + e.getMessage(), e);
+            }
+        });
+        if (auth == NO_AUTH) {
+            return null;
+        }
+        return () -> {
+            try {
+                return auth.getAuthData().getCommandData();
+            } catch (org.apache.pulsar.client.api.PulsarClientException e) {
+                throw new IllegalStateException("no token for the admin reads: " + e.getMessage(), e);
+            }
+        };
+    }
+
+    static final org.apache.pulsar.client.api.Authentication NO_AUTH =
+            new org.apache.pulsar.client.impl.auth.AuthenticationDisabled();
+    static final java.util.concurrent.ConcurrentHashMap<String, org.apache.pulsar.client.api.Authentication> BEARERS =
+            new java.util.concurrent.ConcurrentHashMap<>();
+
     static PulsarClient client(JsonNode cluster, String tokenEnv) throws Exception {
         // No client stats (statsInterval 0): each consumer and producer created with them writes its whole
         // configuration as JSON for a log line nobody reads, 16% of the engine's sampled CPU on a tenant of 1214
@@ -558,9 +605,9 @@ public final class EntryCopy {
                 .operationTimeout(30, TimeUnit.SECONDS).ioThreads(1).listenerThreads(1)
                 .statsInterval(0, TimeUnit.SECONDS)
                 .memoryLimit(CLIENT_MEMORY_MB, org.apache.pulsar.client.api.SizeUnit.MEGA_BYTES);
-        Supplier<String> token = tokenSupplier(tokenEnv);
-        if (token != null) {
-            builder.authentication(AuthenticationFactory.token(token));
+        org.apache.pulsar.client.api.Authentication auth = authentication(tokenEnv);
+        if (auth != null) {
+            builder.authentication(auth);
         }
         String listener = text(cluster, "listener_name");
         if (listener != null) {
@@ -675,7 +722,7 @@ public final class EntryCopy {
         this.keepIdentity = job.path("keep_identity").asBoolean(false);
         job.path("resend_suffixes").fields().forEachRemaining(e -> resendSuffixes.put(e.getKey(), e.getValue().asText()));
         this.schemas = new SchemaLookup(common.get("source").get("admin_url").asText(),
-                tokenSupplier("PM_SOURCE_TOKEN"), common.get("source").get("tls"),
+                bearer("PM_SOURCE_TOKEN"), common.get("source").get("tls"),
                 job.get("base_topic").asText());
     }
 
