@@ -22,7 +22,8 @@ import requests
 
 log = logging.getLogger(__name__)
 
-# A cached token is fetched again this long before its expiry, so no call goes out with one about to lapse.
+# A cached token is fetched again this long before its expiry (at most a tenth of its life), so no call goes out
+# with one about to lapse.
 EXPIRY_MARGIN_S = 30.0
 DEFAULT_EXPIRES_IN_S = 3600.0  # an answer without expires_in (the Java client assumes no expiry either)
 TIMEOUT_S = 15.0
@@ -76,19 +77,19 @@ class OAuth2Spec:
 
 
 _lock = threading.Lock()
-_tokens: dict[OAuth2Spec, tuple[str, float]] = {}  # settings -> (access token, monotonic time it lapses)
+_tokens: dict[OAuth2Spec, tuple[str, float]] = {}  # settings -> (access token, monotonic time to fetch anew)
 _endpoints: dict[str, str] = {}  # issuer URL -> token endpoint
 
 
 def access_token(spec: OAuth2Spec, *, fresh: bool = False) -> str:
-    """The access token for `spec`: the cached one unless it lapses within EXPIRY_MARGIN_S (or `fresh`: a cluster
-    refused it), else a new one from the issuer. OAuth2Error in one line when that fails."""
+    """The access token for `spec`: the cached one unless it is about to lapse (or `fresh`: a cluster refused it),
+    else a new one from the issuer. OAuth2Error in one line when that fails."""
     with _lock:
         cached = _tokens.get(spec)
-        if cached and not fresh and cached[1] - EXPIRY_MARGIN_S > time.monotonic():
+        if cached and not fresh and cached[1] > time.monotonic():
             return cached[0]
-        token, expires_in = _fetch(spec)
-        _tokens[spec] = (token, time.monotonic() + expires_in)
+        token, lifetime = _fetch(spec)
+        _tokens[spec] = (token, time.monotonic() + lifetime - min(EXPIRY_MARGIN_S, lifetime / 10))
         return token
 
 

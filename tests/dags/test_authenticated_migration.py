@@ -19,12 +19,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pulsar
 import pytest
 from localdev import pulsar_local
 from localdev.demo_tenant import build_rich_tenant
+from localdev.oauth2_issuer import LocalIssuer
 from localdev.pulsar_auth import SUPERUSER_ROLE, TENANT_ADMIN_ROLE, LocalAuth
 from localdev.pulsar_dist import ensure_distribution
 from localdev.pulsar_local import LocalCluster
@@ -481,3 +483,116 @@ def test_the_lookup_service_reads_its_cluster_token_file_at_each_lookup(
     finally:
         output = service.stop()
     assert auth.token(SUPERUSER_ROLE) not in output
+
+
+@pytest.fixture
+def issuer(auth: LocalAuth) -> Iterator[LocalIssuer]:
+    started = LocalIssuer(auth.secret_key).start()
+    yield started
+    started.stop()
+
+
+def oauth2_entry(cluster: LocalCluster, issuer: LocalIssuer, credentials: Path) -> dict[str, Any]:
+    return {"admin_url": cluster.admin_url, "service_url": cluster.service_url, "token_env": None, "tls": None,
+            "oauth2": {"issuer_url": issuer.url, "credentials_file": str(credentials)}}
+
+
+def test_oauth2_client_credentials_are_exchanged_cached_and_exchanged_again_when_the_cluster_refuses_the_token(
+    auth_pair: tuple[LocalCluster, LocalCluster], issuer: LocalIssuer, tmp_path: Path,
+) -> None:
+    source, _ = auth_pair
+    issuer.lifetime_s = 4.0
+    good = issuer.add_client("pm-tools", "s3cret", SUPERUSER_ROLE, tmp_path / "tools.json")
+    cluster = ClusterSpec.from_entry(source.name, oauth2_entry(source, issuer, good))
+    admin = cluster.admin(timeout_s=15)
+    try:
+        assert "public" in admin.get("/tenants") and "public" in admin.get("/tenants")
+        assert issuer.issued["pm-tools"] == 1  # one exchange serves both calls
+        time.sleep(issuer.lifetime_s + 1.5)  # the broker now refuses the token the client holds
+        assert "public" in admin.get("/tenants")
+        assert issuer.issued["pm-tools"] == 2
+    finally:
+        admin.close()
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"client_id": "pm-tools", "client_secret": "not-it"}))
+    with pytest.raises(AuthRejected) as refused:
+        ClusterSpec.from_entry(source.name, oauth2_entry(source, issuer, wrong)).admin()
+    assert str(refused.value) == (f"cluster {source.name}: OAuth2 issuer {issuer.url} gave client pm-tools no token "
+                                  "(HTTP 401: unknown client or secret)")
+    assert issuer.refused["pm-tools"] == 1
+
+
+def test_a_copy_between_clusters_that_take_oauth2_tokens(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, issuer: LocalIssuer, tmp_path: Path,
+    spark: SparkSession,
+) -> None:
+    """sync_metadata and replicate_topics with only OAuth2 client credentials for both clusters: the admin calls,
+    the copy engine's Java client and the executors' Python clients each run the flow against the issuer; a
+    reader built from the spec's own entry (the C++ client's flow) finds every message on the target."""
+    source, target = auth_pair
+    credentials = issuer.add_client("pm-tools", "s3cret", SUPERUSER_ROLE, tmp_path / "tools.json")
+    tenant = unique("auth-oauth")
+    admin_d = source.admin(timeout_s=30)
+    admin_d.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
+    admin_d.put(f"/namespaces/{tenant}/ns")
+    admin_d.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    topic = f"persistent://{tenant}/ns/t"
+    c = role_client(source, auth.token(SUPERUSER_ROLE))
+    producer = c.create_producer(topic, batching_enabled=True)
+    sent = [f"o-{i}".encode() for i in range(200)]
+    for i, payload in enumerate(sent):
+        producer.send_async(payload, None, partition_key=str(i % 5))
+    producer.flush()
+    c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, source, target)
+    document = json.loads(spec.read_text())
+    for cluster in (source, target):
+        document["clusters"][cluster.name] = oauth2_entry(cluster, issuer, credentials)
+    spec.write_text(json.dumps(document))
+    run = ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]
+    try:
+        assert run_step("sync_metadata", sync_metadata, run) == 0
+        assert run_step(REPLICATE, replicate, run) == 0
+        report = json.loads((tmp_path / "run" / f"{REPLICATE}.json").read_text())
+        assert report["verdict"] == "ok" and report["counts"]["copied_messages"] == len(sent), report["counts"]
+        assert report["details"]["copy_engine"] == "java"
+        before = issuer.issued["pm-tools"]
+        assert before >= 3  # this process's admin calls, the engine's two clients at least
+        got: list[bytes] = []
+        reader_client = ClusterSpec.from_entry(target.name, document["clusters"][target.name]).pulsar_client()
+        try:
+            for partition in range(2):
+                reader = reader_client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest)
+                while reader.has_message_available():
+                    got.append(reader.read_next(10_000).data())
+                reader.close()
+        finally:
+            reader_client.close()
+        assert sorted(got) == sorted(sent)
+        assert issuer.issued["pm-tools"] > before  # the reader's client ran the flow itself
+        assert issuer.refused["pm-tools"] == 0
+    finally:
+        drop_tenant(tenant, admin_d, target.admin(timeout_s=30))
+
+
+def test_the_lookup_service_looks_up_with_an_oauth2_token(
+    auth_pair: tuple[LocalCluster, LocalCluster], issuer: LocalIssuer, tmp_path: Path,
+) -> None:
+    source, _ = auth_pair
+    credentials = issuer.add_client("pm-lookup", "s3cret", SUPERUSER_ROLE, tmp_path / "lookup.json")
+    config, port = tmp_path / "lookup-config.json", free_port()
+    config.write_text(json.dumps({
+        "clusters": {source.name: {"http_url": source.admin_url,
+                                   "oauth2": {"issuer_url": issuer.url, "credentials_file": str(credentials)}}},
+        "default_cluster": source.name, "database_url": f"sqlite:///{tmp_path / 'routes.db'}", "port": port}))
+    service = LookupProcess(config, port)
+    service.start()
+    try:
+        lookup = f"{service.url}/lookup/v2/topic/persistent/public/default/pm-oauth2-probe"
+        for _ in range(3):
+            answered = httpx.get(lookup, timeout=30)
+            assert answered.status_code == 200, answered.text
+        assert answered.json()["brokerUrl"] == source.service_url
+        assert issuer.issued["pm-lookup"] == 1  # at its start, then cached
+    finally:
+        service.stop()

@@ -9,6 +9,7 @@ from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.inventory import _is_partition_of, namespace_policies, registration_payload
 from pulsar_migration.metadata.plan import CONFLICT, CREATE, NOOP, UPDATE, decide, plan_counts, plan_metadata
 from pulsar_migration.metadata.state import project_actual
+from pulsar_migration.oauth2 import OAuth2Spec
 from pulsar_migration.spec import ClusterSpec, TlsSpec
 from pyspark.sql import SparkSession
 
@@ -159,6 +160,13 @@ def test_registration_payload_never_holds_a_token() -> None:
     copy_mode = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652", token_env="B_TOKEN"),
                                      with_auth=False)
     assert "authenticationPlugin" not in copy_mode  # a copy never has brokers authenticate to each other
+    oauth = OAuth2Spec("https://auth.example.com/", "/etc/pulsar/b.json", audience="urn:pulsar")
+    with_oauth = registration_payload(ClusterSpec("b", "http://h:8082", "pulsar://h:6652", oauth2=oauth),
+                                      with_auth=True)
+    assert with_oauth["authenticationPlugin"] == "org.apache.pulsar.client.impl.auth.oauth2.AuthenticationOAuth2"
+    # What the peer's brokers get as parameters: where to read the credentials, never the secret itself.
+    assert json.loads(oauth.broker_params()) == {"type": "client_credentials", "issuerUrl": "https://auth.example.com/",
+                                                 "privateKey": "file:///etc/pulsar/b.json", "audience": "urn:pulsar"}
 
 
 def test_projection_of_a_superset_equals_the_desired_payload() -> None:

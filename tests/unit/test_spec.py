@@ -404,3 +404,29 @@ def test_token_env_and_token_file_together_are_refused(spec_dict: dict[str, Any]
     with pytest.raises(SpecError) as caught:
         MigrationSpec.from_dict(spec_dict)
     assert str(caught.value) == "spec: clusters.cluster-b sets token_env and token_file; give one"
+
+
+def test_oauth2_settings_load_round_trip_and_exclude_the_other_credentials(spec_dict: dict[str, Any],
+                                                                           tmp_path: Path) -> None:
+    credentials = tmp_path / "b.json"
+    credentials.write_text('{"client_id": "tools", "client_secret": "s"}')
+    spec_dict["clusters"]["cluster-b"].update({"token_env": None, "oauth2": {
+        "issuer_url": "https://auth.example.com/", "credentials_file": str(credentials), "audience": "urn:pulsar"}})
+    spec = MigrationSpec.from_dict(spec_dict)
+    assert spec.target_cluster.oauth2 is not None and spec.target_cluster.oauth2.scope is None
+    assert spec.target_cluster.credential == "an OAuth2 token from https://auth.example.com/"
+    assert MigrationSpec.from_json(spec.to_json()).target_cluster == spec.target_cluster
+    assert "client_secret" not in spec.to_json()
+    spec.check_environment()  # the credentials file is there; the issuer is asked at the first call
+    credentials.unlink()
+    with pytest.raises(SpecError) as caught:
+        spec.check_environment()
+    assert str(caught.value) == f"spec: clusters.cluster-b.oauth2.credentials_file file {credentials} does not exist"
+    spec_dict["clusters"]["cluster-b"]["token_file"] = "/run/secrets/b.token"
+    with pytest.raises(SpecError) as both:
+        MigrationSpec.from_dict(spec_dict)
+    assert str(both.value) == "spec: clusters.cluster-b sets token_file and oauth2; give one"
+    spec_dict["clusters"]["cluster-b"].pop("token_file")
+    spec_dict["clusters"]["cluster-b"]["oauth2"]["issuer_url"] = "auth.example.com"
+    with pytest.raises(SpecError, match=r"^spec: clusters\.cluster-b\.oauth2\.issuer_url 'auth\.example\.com' must"):
+        MigrationSpec.from_dict(spec_dict)
