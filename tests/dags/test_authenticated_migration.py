@@ -499,8 +499,9 @@ def oauth2_entry(cluster: LocalCluster, issuer: LocalIssuer, credentials: Path) 
 
 def test_oauth2_client_credentials_are_exchanged_cached_and_exchanged_again_when_the_cluster_refuses_the_token(
     auth_pair: tuple[LocalCluster, LocalCluster], issuer: LocalIssuer, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    source, _ = auth_pair
+    source, target = auth_pair
     issuer.lifetime_s = 4.0
     good = issuer.add_client("pm-tools", "s3cret", SUPERUSER_ROLE, tmp_path / "tools.json")
     cluster = ClusterSpec.from_entry(source.name, oauth2_entry(source, issuer, good))
@@ -520,6 +521,16 @@ def test_oauth2_client_credentials_are_exchanged_cached_and_exchanged_again_when
     assert str(refused.value) == (f"cluster {source.name}: OAuth2 issuer {issuer.url} gave client pm-tools no token "
                                   "(HTTP 401: unknown client or secret)")
     assert issuer.refused["pm-tools"] == 1
+    # A step with those credentials: the same line, exit 2, before its run dir exists.
+    spec = write_spec(tmp_path / "spec.json", "any-tenant", source, target)
+    document = json.loads(spec.read_text())
+    document["clusters"][source.name] = oauth2_entry(source, issuer, wrong)
+    spec.write_text(json.dumps(document))
+    capfd.readouterr()
+    code = run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(tmp_path / "run")])
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == BAD_INPUT_EXIT and errors == [f"error: sync_metadata: {refused.value}"], errors
+    assert not (tmp_path / "run").exists() and "not-it" not in "".join(errors)
 
 
 def test_a_copy_between_clusters_that_take_oauth2_tokens(
