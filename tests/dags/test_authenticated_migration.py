@@ -607,3 +607,24 @@ def test_the_lookup_service_looks_up_with_an_oauth2_token(
         assert issuer.issued["pm-lookup"] == 1  # at its start, then cached
     finally:
         service.stop()
+
+
+def test_the_connection_forms_test_button_takes_a_token_file_or_oauth2_credentials(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, issuer: LocalIssuer, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Airflow's own Test path (models.Connection.test_connection) for a Pulsar connection that holds no password."""
+    from tests.dags.test_pulsar_connection_type import form_test, pulsar_conn
+
+    source, _ = auth_pair
+    token_file = tmp_path / "conn.token"
+    write_token(token_file, auth.token(SUPERUSER_ROLE))
+    credentials = issuer.add_client("pm-conn", "s3cret", SUPERUSER_ROLE, tmp_path / "conn.json")
+    base = {"cluster_name": source.name, "service_url": source.service_url, "tls": None}
+    for extra in ({"token_file": str(token_file)},
+                  {"oauth2": {"issuer_url": issuer.url, "credentials_file": str(credentials)}}):
+        ok, message = form_test(pulsar_conn(source, extra={**base, **extra}), monkeypatch)
+        assert ok and f"{source.name} answers" in message, (extra, message)
+    ok, message = form_test(pulsar_conn(source, extra=base), monkeypatch)  # nothing to authenticate with
+    assert not ok and "HTTP 401" in message, message
+    assert issuer.issued["pm-conn"] == 1
