@@ -53,6 +53,7 @@ class LocalIssuer:
     issued: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
     agents: Counter[str] = field(default_factory=Counter)  # User-Agent of each issue: which client library asked
+    tokens: list[str] = field(default_factory=list)  # every access token issued, for tests that look for leaks
     _server: ThreadingHTTPServer | None = None
 
     def add_client(self, client_id: str, secret: str, role: str, credentials_file: Path) -> Path:
@@ -107,6 +108,7 @@ class LocalIssuer:
                 issuer.issued[form["client_id"]] += 1
                 issuer.agents[(self.headers.get("User-Agent") or "none").split("/")[0]] += 1
                 token = hs256_token(issuer.secret_key.read_bytes(), client.role, issuer.lifetime_s)
+                issuer.tokens.append(token)
                 self._answer(200, {"access_token": token, "token_type": "Bearer",
                                    "expires_in": int(issuer.lifetime_s)})
 

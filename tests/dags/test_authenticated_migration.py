@@ -535,7 +535,7 @@ def test_oauth2_client_credentials_are_exchanged_cached_and_exchanged_again_when
 
 def test_a_copy_between_clusters_that_take_oauth2_tokens(
     auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, issuer: LocalIssuer, tmp_path: Path,
-    spark: SparkSession,
+    spark: SparkSession, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
 ) -> None:
     """sync_metadata and replicate_topics with only OAuth2 client credentials for both clusters: the admin calls,
     the copy engine's Java client and the executors' Python clients each run the flow against the issuer; a
@@ -582,6 +582,14 @@ def test_a_copy_between_clusters_that_take_oauth2_tokens(
         assert sorted(got) == sorted(sent)
         assert issuer.issued["pm-tools"] > before  # the reader's client ran the flow itself
         assert issuer.refused["pm-tools"] == 0
+        # Neither the secret nor any access token in the output (the engine's log included), the logs or the run dir.
+        out, err = capfd.readouterr()
+        places = {"output": out + err, "log records": caplog.text}
+        places.update({str(p): p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*")
+                       if p.is_file() and p.suffix in (".json", ".md", ".html", ".log", ".txt")})
+        for where, text in places.items():
+            assert "s3cret" not in text, f"the client secret leaked into {where}"
+            assert not [t for t in issuer.tokens if t in text], f"an access token leaked into {where}"
     finally:
         drop_tenant(tenant, admin_d, target.admin(timeout_s=30))
 
