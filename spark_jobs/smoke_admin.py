@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pulsar_migration.admin import AuthRejected
+from pulsar_migration.oauth2 import OAuth2Spec
 from pulsar_migration.spec import ClusterSpec, SpecError, TlsSpec
 
 log = logging.getLogger("smoke_admin")
@@ -59,11 +61,16 @@ def cluster_specs(clusters: dict[str, dict[str, Any]]) -> list[ClusterSpec]:
             tls = TlsSpec(**entry["tls"]) if entry.get("tls") else None
         except TypeError as exc:
             raise SmokeError(f"--clusters: {name}: tls: {exc}") from exc
-        cluster = ClusterSpec(name=name, admin_url=entry["admin_url"], service_url=entry.get("service_url") or "",
-                              token_env=entry.get("token_env"), tls=tls, token_file=entry.get("token_file"))
         try:
-            cluster.token()  # only a presence check here; the executors read their own
-        except SpecError as exc:
+            oauth = OAuth2Spec(**entry["oauth2"]) if entry.get("oauth2") else None
+        except TypeError as exc:
+            raise SmokeError(f"--clusters: {name}: oauth2: {exc}") from exc
+        cluster = ClusterSpec(name=name, admin_url=entry["admin_url"], service_url=entry.get("service_url") or "",
+                              token_env=entry.get("token_env"), tls=tls, token_file=entry.get("token_file"),
+                              oauth2=oauth)
+        try:
+            cluster.token()  # only a presence check here (an OAuth2 issuer's answer too); the executors read their own
+        except (SpecError, AuthRejected) as exc:
             raise SmokeError(str(exc)) from exc
         specs.append(cluster)
     return specs
