@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pulsar_migration.admin import AuthRejected
+from pulsar_migration.admin import AdminError
 from pulsar_migration.oauth2 import OAuth2Spec
 from pulsar_migration.spec import ClusterSpec, SpecError, TlsSpec
 
@@ -70,7 +70,7 @@ def cluster_specs(clusters: dict[str, dict[str, Any]]) -> list[ClusterSpec]:
                               oauth2=oauth)
         try:
             cluster.token()  # only a presence check here (an OAuth2 issuer's answer too); the executors read their own
-        except (SpecError, AuthRejected) as exc:
+        except (SpecError, AdminError) as exc:
             raise SmokeError(str(exc)) from exc
         specs.append(cluster)
     return specs
@@ -95,7 +95,7 @@ def check_partition(clusters: Iterable[ClusterSpec], timeout_s: float) -> Iterat
         try:
             result["authenticated"] = cluster.token() is not None
             admin = cluster.admin(timeout_s=timeout_s, retries=2)
-        except SpecError as exc:  # the variable is set on the driver but not in this executor
+        except (SpecError, AdminError) as exc:  # a variable or file missing here, an OAuth2 issuer refusing
             result["error"] = f"on executor {result['executor_host']}: {exc}"
         else:
             try:

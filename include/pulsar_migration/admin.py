@@ -199,6 +199,9 @@ def tls_failure(exc: BaseException, fields: str, server: str = "broker") -> str 
     return text
 
 
+NOT_PERMITTED = "its role lacks the permission (the tools need a superuser role)"
+
+
 class PulsarAdmin:
     """Minimal, explicit Pulsar admin client over `requests`."""
 
@@ -229,6 +232,7 @@ class PulsarAdmin:
         self._token_source = token_source
         self._token = token
         self._retired: list[KeepAliveGetter] = []  # getters with an old token: other threads may still use them
+        self._renew_lock = threading.Lock()
         self._unanswered: set[tuple[str, int, int]] = set()  # entries asked for in vain: not asked again
         self._session = ClusterSession()
         # One client serves many threads (driver paths, the switch's fence): keep a connection per thread
@@ -261,30 +265,36 @@ class PulsarAdmin:
         renewed from the token source once, when it holds another one, and the call asked again."""
         kwargs = {"json_body": json_body, "params": params, "expect_json": expect_json, "retry": retry,
                   "raw_response": raw_response}
+        used = self._token
         try:
             return self._request(method, path, **kwargs)
-        except AuthRejected:
-            if not self._renew_token():
+        except AuthRejected as exc:
+            # Only a refused token (401 without "not permitted"): a role without the right keeps its refusal.
+            if exc.status != 401 or NOT_PERMITTED in str(exc) or not self._renew_token(used):
                 raise
             log.info("%s: the cluster refused the token; %s holds another one: asking again", self.name,
                      self.credential)
             return self._request(method, path, **kwargs)
 
-    def _renew_token(self) -> bool:
-        """Takes the token source's token when it differs from the one in use (True), else False."""
+    def _renew_token(self, used: str | None) -> bool:
+        """Takes the token source's token when it differs from `used`, the one a refused call went with (True),
+        else False. Calls refused together renew once: the first reads the source, the others find it done."""
         if self._token_source is None:
             return False
-        try:
-            fresh = self._token_source()
-        except ValueError:  # the file is gone or empty now: the refusal stands, in its own words
-            return False
-        with self._getter_lock:
-            if not fresh or fresh == self._token:
+        with self._renew_lock:
+            if self._token != used:
+                return True  # another thread's refused call renewed it meanwhile
+            try:
+                fresh = self._token_source()
+            except ValueError:  # the file is gone or empty now, the issuer gives none: the refusal stands
                 return False
-            self._token, self.token_expiry = fresh, tokens.expiry(fresh)
-            self._session.headers["Authorization"] = f"Bearer {fresh}"
-            self._retired.extend(g for g in (self._getter, *self._entry_getters.values()) if g is not None)
-            self._getter, self._entry_getters = None, {}  # the next ones carry the new token
+            if not fresh or fresh == used:
+                return False
+            with self._getter_lock:
+                self._token, self.token_expiry = fresh, tokens.expiry(fresh)
+                self._session.headers["Authorization"] = f"Bearer {fresh}"
+                self._retired.extend(g for g in (self._getter, *self._entry_getters.values()) if g is not None)
+                self._getter, self._entry_getters = None, {}  # the next ones carry the new token
         return True
 
     def _request(self, method: str, path: str, *, json_body: Any, params: dict[str, Any] | None,
@@ -346,7 +356,7 @@ class PulsarAdmin:
             # role may not do the call (JSON "Unauthorized to ..."): only the body tells them apart.
             not_permitted = resp.status_code == 403 or reason.startswith("Unauthorized to")
             expired = tokens.expired_note(self.token_expiry)
-            why = ("its role lacks the permission (the tools need a superuser role)" if not_permitted
+            why = (NOT_PERMITTED if not_permitted
                    else f"the token {expired}" if expired
                    else "the token is missing, wrong or expired")
             raise AuthRejected(f"cluster {self.name}: HTTP {resp.status_code} on {method} {path} with "

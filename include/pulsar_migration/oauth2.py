@@ -33,6 +33,10 @@ class OAuth2Error(ValueError):
     """The issuer refused the client or could not be reached (one line: issuer, client id, reason; no secret)."""
 
 
+class IssuerUnreachable(OAuth2Error):
+    """No answer from the issuer, or none a client could use (an outage, not the credentials: a re-run may pass)."""
+
+
 @dataclass(frozen=True)
 class OAuth2Spec:
     """A cluster's OAuth2 client-credentials settings (the spec's `clusters.<name>.oauth2`)."""
@@ -102,7 +106,7 @@ def _fetch(spec: OAuth2Spec) -> tuple[str, float]:
     try:
         resp = requests.post(endpoint, data=form, headers={"Accept": "application/json"}, timeout=TIMEOUT_S)
     except requests.RequestException as exc:
-        raise OAuth2Error(f"{where} is unreachable at {endpoint}: {type(exc).__name__}") from None
+        raise IssuerUnreachable(f"{where} is unreachable at {endpoint}: {type(exc).__name__}") from None
     try:
         body = resp.json()
     except ValueError:
@@ -126,10 +130,11 @@ def _token_endpoint(issuer_url: str) -> str:
         resp = requests.get(url, headers={"Accept": "application/json"}, timeout=TIMEOUT_S)
         endpoint = resp.json().get("token_endpoint") if resp.status_code == 200 else None
     except requests.RequestException as exc:
-        raise OAuth2Error(f"OAuth2 issuer {issuer_url} is unreachable: {type(exc).__name__}") from None
+        raise IssuerUnreachable(f"OAuth2 issuer {issuer_url} is unreachable: {type(exc).__name__}") from None
     except (ValueError, AttributeError):
         endpoint = None
     if not endpoint:
-        raise OAuth2Error(f"OAuth2 issuer {issuer_url} names no token_endpoint at {url} (HTTP {resp.status_code})")
+        raise IssuerUnreachable(f"OAuth2 issuer {issuer_url} names no token_endpoint at {url} "
+                                f"(HTTP {resp.status_code})")
     _endpoints[issuer_url] = str(endpoint)
     return _endpoints[issuer_url]

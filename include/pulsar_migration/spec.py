@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import jsonschema
 
 from pulsar_migration import oauth2, tokens
-from pulsar_migration.admin import AuthRejected, PulsarAdmin, TlsSettings
+from pulsar_migration.admin import AuthRejected, ClusterUnreachable, PulsarAdmin, TlsSettings
 from pulsar_migration.oauth2 import OAuth2Spec
 from pulsar_migration.throttle import Caps
 
@@ -381,7 +381,9 @@ class ClusterSpec:
         if self.oauth2:
             try:
                 return oauth2.access_token(self.oauth2)
-            except oauth2.OAuth2Error as exc:
+            except oauth2.IssuerUnreachable as exc:  # an outage: the step fails (exit 1), a re-run may pass
+                raise ClusterUnreachable(f"cluster {self.name}: {exc}", None, self.oauth2.issuer_url) from exc
+            except oauth2.OAuth2Error as exc:  # the credentials: a human must change them (exit 2)
                 raise AuthRejected(f"cluster {self.name}: {exc}", None, self.oauth2.issuer_url) from exc
         if self.token_file:
             try:
@@ -621,7 +623,11 @@ class MigrationSpec:
         """AuthRejected (one line naming the cluster and the variable) when the source or target refuses the
         credentials: checked before a step touches anything, so a bad token changes nothing anywhere."""
         for name in dict.fromkeys([self.source, self.target]):
-            admin = self.clusters[name].admin(timeout_s=10.0, retries=0)
+            try:
+                admin = self.clusters[name].admin(timeout_s=10.0, retries=0)
+            except ClusterUnreachable:  # an OAuth2 issuer not answering: the first real call reports it
+                log.debug("credential check on %s inconclusive", name, exc_info=True)
+                continue
             try:
                 admin.check_credentials()
             finally:

@@ -396,7 +396,8 @@ def test_a_token_file_is_read_at_each_use_and_checked_in_one_line(spec_dict: dic
 def test_a_spec_without_token_files_keeps_its_hash(spec_dict: dict[str, Any]) -> None:
     """token_file is written only when set: run directories made before it keep matching their spec."""
     spec = MigrationSpec.from_dict(spec_dict)
-    assert "token_file" not in spec.to_json()
+    assert "token_file" not in spec.to_json() and "oauth2" not in spec.to_json()
+    assert spec.spec_hash() == "59fd380d4fbc99fe"  # as the library before token_file and oauth2 hashed it
 
 
 def test_token_env_and_token_file_together_are_refused(spec_dict: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,70 @@ def test_an_admin_client_renews_a_refused_token_from_its_source_once() -> None:
     with pytest.raises(AuthRejected, match="with the token in file /t: the token is missing, wrong or expired"):
         client.get("/tenants", retry=False)
     assert again.calls == 1  # the source's token is the refused one: not asked again
+
+
+class _ByToken:
+    """A stand-in session answering 401 to the old token (after both callers have sent it) and 200 to another."""
+
+    def __init__(self, refused: bytes = b"<html>HTTP ERROR 401</html>") -> None:
+        self.headers = {"Authorization": "Bearer old"}
+        self.refused = refused
+        self.together = threading.Barrier(2, timeout=5)
+
+    def request(self, *_args: object, **_kwargs: object) -> Any:
+        from tests.unit.test_admin_errors import _response
+
+        if self.headers["Authorization"] == "Bearer old":
+            self.together.wait()  # both calls go out with the old token before either renews it
+            return _response(self.refused, 401)
+        return _response(b'["public"]', 200)
+
+
+def test_calls_refused_together_renew_the_token_once() -> None:
+    from pulsar_migration.admin import PulsarAdmin
+
+    reads: list[str] = []
+
+    def source() -> str:
+        reads.append("new")
+        return "new"
+
+    client = PulsarAdmin("http://127.0.0.1:1", token="old", name="cluster-b", token_source=source)
+    client._session = _ByToken()  # type: ignore[assignment]
+    results: list[Any] = []
+    callers = [threading.Thread(target=lambda: results.append(client.get("/tenants", retry=False)))
+               for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(10)
+    assert results == [["public"], ["public"]]
+    assert reads == ["new"]  # one read of the source for both refusals
+
+
+def test_a_role_without_the_permission_is_not_renewed() -> None:
+    from pulsar_migration.admin import AuthRejected, PulsarAdmin
+
+    reads: list[str] = []
+    client = PulsarAdmin("http://127.0.0.1:1", token="old", name="cluster-b",
+                         token_source=lambda: reads.append("new") or "new")
+    session = _ByToken(b'{"reason": "Unauthorized to validateTenantOperation for operation [LIST_TENANTS]"}')
+    session.together = threading.Barrier(1)
+    client._session = session  # type: ignore[assignment]
+    with pytest.raises(AuthRejected, match="its role lacks the permission"):
+        client.get("/tenants", retry=False)
+    assert reads == []
+
+
+def test_an_issuer_that_does_not_answer_is_an_unreachable_cluster_not_a_refusal(tmp_path: Path) -> None:
+    from pulsar_migration.admin import ClusterUnreachable
+    from pulsar_migration.oauth2 import OAuth2Spec
+    from pulsar_migration.spec import ClusterSpec
+
+    credentials = tmp_path / "c.json"
+    credentials.write_text('{"client_id": "tools", "client_secret": "s3cret"}')
+    cluster = ClusterSpec("b", "http://127.0.0.1:1", "pulsar://127.0.0.1:1",
+                          oauth2=OAuth2Spec("http://127.0.0.1:1/", str(credentials)))
+    with pytest.raises(ClusterUnreachable) as raised:
+        cluster.token()
+    assert str(raised.value) == "cluster b: OAuth2 issuer http://127.0.0.1:1/ is unreachable: ConnectionError"

@@ -46,8 +46,8 @@ class PulsarHook(BaseHook):
             admin = self.admin(timeout_s=TEST_TIMEOUT_S, retries=0)
         except ValueError as exc:  # names the connection and the missing field
             return False, str(exc)
-        except TypeError as exc:  # a `tls` object with unknown keys
-            return False, f"connection {self.pulsar_conn_id}: extra.tls: {exc}"
+        except TypeError as exc:  # a `tls` or `oauth2` object with unknown keys
+            return False, f"connection {self.pulsar_conn_id}: extra.tls or extra.oauth2: {exc}"
         try:
             clusters = admin.get("/clusters")
         except AdminError as exc:

@@ -62,6 +62,11 @@ class ClusterTarget:
 
         return TlsSpec(**self.tls).settings().context() if self.tls else True
 
+    @property
+    def has_token(self) -> bool:
+        """Whether lookups forwarded here carry the service's own credential."""
+        return bool(self.oauth2 or self.token_file or self.token_env)
+
     def token(self) -> str | None:
         if self.oauth2:  # cached until shortly before it lapses: the issuer is asked about once per token life
             try:

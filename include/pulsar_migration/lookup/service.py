@@ -40,7 +40,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from pulsar_migration.admin import MAX_REDIRECTS, token_may_follow
-from pulsar_migration.lookup.config import LookupConfig
+from pulsar_migration.lookup.config import ConfigError, LookupConfig
 from pulsar_migration.lookup.metrics import Metrics
 from pulsar_migration.lookup.store import RouteStore
 
@@ -244,7 +244,11 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         # role, so routing through this service never widens what a client may see. The service's token
         # for the cluster serves clients that send none.
         client_auth = request.headers.get("authorization")
-        token = None if client_auth else cluster.token()
+        try:
+            # Off the event loop: a token file may be read again, an OAuth2 issuer asked (once per token life).
+            token = None if client_auth or not cluster.has_token else await asyncio.to_thread(cluster.token)
+        except ConfigError as exc:
+            return JSONResponse({"reason": str(exc)}, status_code=502)
         if client_auth:
             headers["Authorization"] = client_auth
         elif token:

@@ -540,10 +540,27 @@ public final class EntryCopy {
         if (file != null && !file.isEmpty()) {
             java.nio.file.Path path = java.nio.file.Path.of(file);
             return () -> {
-                try {
-                    return java.nio.file.Files.readString(path, StandardCharsets.UTF_8).trim();
-                } catch (java.io.IOException e) {
-                    throw new java.io.UncheckedIOException("token file " + file + " is not readable", e);
+                // An agent rewriting the file in place leaves it empty for a moment: read again briefly, as the
+                // Python side does, and never send an empty token.
+                for (int attempt = 1; ; attempt++) {
+                    String token;
+                    try {
+                        token = java.nio.file.Files.readString(path, StandardCharsets.UTF_8).trim();
+                    } catch (java.io.IOException e) {
+                        throw new java.io.UncheckedIOException("token file " + file + " is not readable", e);
+                    }
+                    if (!token.isEmpty()) {
+                        return token;
+                    }
+                    if (attempt == 3) {
+                        throw new IllegalStateException("token file " + file + " is empty");
+                    }
+                    try {
+                        Thread.sleep(100);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new IllegalStateException("interrupted reading token file " + file, e);
+                    }
                 }
             };
         }
