@@ -377,6 +377,39 @@ def test_a_token_file_renewed_in_place_is_read_again_when_the_cluster_refuses_th
         admin.close()
 
 
+def two_partition_tenant(admin: PulsarAdmin, source: LocalCluster, auth: LocalAuth, prefix: str,
+                         count: int) -> tuple[str, str, list[bytes]]:
+    """`(tenant, topic, payloads)`: a tenant on `source` whose 2-partition topic holds `count` batched messages."""
+    tenant = unique(prefix)
+    admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
+    admin.put(f"/namespaces/{tenant}/ns")
+    admin.put(f"/persistent/{tenant}/ns/t/partitions", 2)
+    topic = f"persistent://{tenant}/ns/t"
+    c = role_client(source, auth.token(SUPERUSER_ROLE))
+    producer = c.create_producer(topic, batching_enabled=True)
+    sent = [f"{prefix}-{i}".encode() for i in range(count)]
+    for i, payload in enumerate(sent):
+        producer.send_async(payload, None, partition_key=str(i % 7))
+    producer.flush()
+    c.close()
+    return tenant, topic, sent
+
+
+def read_with_the_specs_client(cluster: ClusterSpec, topic: str, partitions: int = 2) -> list[bytes]:
+    """Every message of the topic's partitions, read by a client built from the spec's own cluster entry."""
+    got: list[bytes] = []
+    client = cluster.pulsar_client()
+    try:
+        for partition in range(partitions):
+            reader = client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest)
+            while reader.has_message_available():
+                got.append(reader.read_next(10_000).data())
+            reader.close()
+    finally:
+        client.close()
+    return got
+
+
 def test_a_copy_outlives_its_first_tokens_when_their_files_are_renewed(
     auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, tmp_path: Path, spark: SparkSession,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
@@ -385,19 +418,8 @@ def test_a_copy_outlives_its_first_tokens_when_their_files_are_renewed(
     started with have expired, the files get fresh ones, and the run goes on (its admin clients asked again,
     the copy engine and the executors read the files) to a verified copy a reader of the target confirms."""
     source, target = auth_pair
-    tenant = unique("auth-file")
     admin_d = source.admin(timeout_s=30)
-    admin_d.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
-    admin_d.put(f"/namespaces/{tenant}/ns")
-    admin_d.put(f"/persistent/{tenant}/ns/t/partitions", 2)
-    topic = f"persistent://{tenant}/ns/t"
-    c = role_client(source, auth.token(SUPERUSER_ROLE))
-    producer = c.create_producer(topic, batching_enabled=True)
-    sent = [f"m-{i}".encode() for i in range(300)]
-    for i, payload in enumerate(sent):
-        producer.send_async(payload, None, partition_key=str(i % 7))
-    producer.flush()
-    c.close()
+    tenant, topic, sent = two_partition_tenant(admin_d, source, auth, "auth-file", 300)
     files = {source.name: tmp_path / "source.token", target.name: tmp_path / "target.token"}
     for path in files.values():
         write_token(path, auth.token(SUPERUSER_ROLE))
@@ -440,17 +462,8 @@ def test_a_copy_outlives_its_first_tokens_when_their_files_are_renewed(
         report = json.loads((tmp_path / "run" / f"{REPLICATE}.json").read_text())
         assert report["verdict"] == "ok" and report["counts"]["copied_messages"] == len(sent), report["counts"]
         # The outside judge: a plain reader on the target, with the spec's own client (the file's token).
-        got: list[bytes] = []
-        cluster = ClusterSpec.from_entry(target.name, document["clusters"][target.name])
-        reader_client = cluster.pulsar_client()
-        try:
-            for partition in range(2):
-                reader = reader_client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest)
-                while reader.has_message_available():
-                    got.append(reader.read_next(10_000).data())
-                reader.close()
-        finally:
-            reader_client.close()
+        got = read_with_the_specs_client(ClusterSpec.from_entry(target.name, document["clusters"][target.name]),
+                                         topic)
         assert sorted(got) == sorted(sent)
     finally:
         faults._armed.cache_clear()
@@ -543,19 +556,8 @@ def test_a_copy_between_clusters_that_take_oauth2_tokens(
     caplog.set_level("INFO")  # the leak check below reads every record, the admin's and the issuer's INFO too
     source, target = auth_pair
     credentials = issuer.add_client("pm-tools", "s3cret", SUPERUSER_ROLE, tmp_path / "tools.json")
-    tenant = unique("auth-oauth")
     admin_d = source.admin(timeout_s=30)
-    admin_d.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [source.name]})
-    admin_d.put(f"/namespaces/{tenant}/ns")
-    admin_d.put(f"/persistent/{tenant}/ns/t/partitions", 2)
-    topic = f"persistent://{tenant}/ns/t"
-    c = role_client(source, auth.token(SUPERUSER_ROLE))
-    producer = c.create_producer(topic, batching_enabled=True)
-    sent = [f"o-{i}".encode() for i in range(200)]
-    for i, payload in enumerate(sent):
-        producer.send_async(payload, None, partition_key=str(i % 5))
-    producer.flush()
-    c.close()
+    tenant, topic, sent = two_partition_tenant(admin_d, source, auth, "auth-oauth", 200)
     spec = write_spec(tmp_path / "spec.json", tenant, source, target)
     document = json.loads(spec.read_text())
     for cluster in (source, target):
@@ -570,16 +572,8 @@ def test_a_copy_between_clusters_that_take_oauth2_tokens(
         assert report["details"]["copy_engine"] == "java"
         before = issuer.issued["pm-tools"]
         assert before >= 3  # this process's admin calls, the engine's two clients at least
-        got: list[bytes] = []
-        reader_client = ClusterSpec.from_entry(target.name, document["clusters"][target.name]).pulsar_client()
-        try:
-            for partition in range(2):
-                reader = reader_client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest)
-                while reader.has_message_available():
-                    got.append(reader.read_next(10_000).data())
-                reader.close()
-        finally:
-            reader_client.close()
+        got = read_with_the_specs_client(ClusterSpec.from_entry(target.name, document["clusters"][target.name]),
+                                         topic)
         assert sorted(got) == sorted(sent)
         assert issuer.issued["pm-tools"] > before  # the reader's client ran the flow itself
         assert issuer.refused["pm-tools"] == 0
