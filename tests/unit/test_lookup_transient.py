@@ -65,3 +65,31 @@ def test_a_lasting_error_is_passed_on_when_the_budget_is_spent(make: object) -> 
     resp = client.get(LOOKUP)
     assert resp.status_code == 500 and "unloaded" in resp.text
     assert 2 <= len(calls) <= 8  # 25, 50, 100 ms ... within 0.3 s
+
+
+def test_a_lookup_whose_token_file_is_gone_gets_a_502_naming_it(tmp_path_factory: pytest.TempPathFactory,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's credential for a cluster, read at each lookup: once it cannot be read, the client gets one
+    line saying why instead of a lookup the cluster would refuse; the token goes along while it can."""
+    monkeypatch.setenv("PM_LOOKUP_ADMIN_TOKEN", "t")
+    token_file = tmp_path_factory.mktemp("token") / "a.token"
+    token_file.write_text("file-token\n")
+    config = LookupConfig.from_dict({
+        "clusters": {"a": {"http_url": "http://a.invalid", "token_file": str(token_file)}}, "default_cluster": "a",
+        "database_url": f"sqlite:///{tmp_path_factory.mktemp('routes') / 'r.db'}"})
+    sent: list[str | None] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("authorization"))
+        return httpx.Response(200, json=ANSWER)
+
+    app = create_app(config)
+    with TestClient(app) as client:
+        app.state.http = {"a": httpx.AsyncClient(transport=httpx.MockTransport(upstream))}
+        assert client.get(LOOKUP).status_code == 200
+        assert client.get(LOOKUP, headers={"Authorization": "Bearer the-clients"}).status_code == 200
+        token_file.unlink()
+        gone = client.get(LOOKUP)
+    assert sent == ["Bearer file-token", "Bearer the-clients"]
+    assert gone.status_code == 502
+    assert gone.json()["reason"] == f"lookup config: clusters.a.token_file file {token_file} does not exist"
