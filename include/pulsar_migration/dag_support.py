@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pulsar_migration import rundir
 from pulsar_migration.bytecode import write_module
 from pulsar_migration.report import StepReport
-from pulsar_migration.spec import MigrationSpec, SpecError
+from pulsar_migration.spec import ClusterSpec, MigrationSpec, SpecError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -308,10 +308,12 @@ MIGRATION_DAG_ID = "pulsar_tenant_migration"
 
 
 def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str | Path | None = None,
-                    spark: SparkSession | None = None) -> dict[str, str]:
+                    spark: SparkSession | None = None, connections: Mapping[str, Any] | None = None
+                    ) -> dict[str, str]:
     """`{"spec_path", "run_dir"}` of the migration run `run_id`, whose switch rollback_lookup undoes. ValueError
     (one line) when that run has no spec, or when its spec names token variables of other connections than the
-    trigger's (the tokens would not reach the step)."""
+    trigger's (the tokens would not reach the step), or (given the trigger's `connections` by id) a token file or
+    OAuth2 credentials other than those connections name (the step would use the run's, not the trigger's)."""
     directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
     try:
         document = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
@@ -324,6 +326,13 @@ def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str
         if token_env not in (None, token_env_name(conn_id)):
             raise ValueError(f"run {run_id} reached its {side} {name} with the token in {token_env}, not through "
                              f"connection {conn_id}: trigger with that run's connections")
+        entry = document["clusters"][name]
+        if connections is not None and conn_id in connections and (entry.get("token_file") or entry.get("oauth2")):
+            _, now = cluster_from_connection(connections[conn_id])
+            if any(now.get(key) != entry.get(key) for key in ("token_file", "oauth2")):
+                used = ClusterSpec.from_entry(name, entry).credential
+                raise ValueError(f"run {run_id} reached its {side} {name} with {used}, not through connection "
+                                 f"{conn_id}: trigger with that run's connections")
     lookup_env = (document.get("lookup") or {}).get("token_env")
     if lookup_env not in (None, token_env_name(params.get("lookup_conn") or "")):
         raise ValueError(f"run {run_id} used the lookup service token in {lookup_env}: trigger with that run's "

@@ -90,12 +90,11 @@ def rollback_spec_task(project_root: str | Path) -> XComArg:
         params = ctx["params"]
         base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
         try:
-            for conn_id in connection_ids(params):
-                BaseHook.get_connection(conn_id)
+            connections = {conn_id: BaseHook.get_connection(conn_id) for conn_id in connection_ids(params)}
             anchored = dag_support.anchored(base, project_root)
             with dag_support.run_dir_spark(anchored) as spark:
                 found = dag_support.rollback_target(base, params["migration_run_id"], params, root=project_root,
-                                                    spark=spark)
+                                                    spark=spark, connections=connections)
         except (ValueError, AirflowNotFoundException) as exc:
             raise AirflowFailException(str(exc)) from None
         log.info("rolling back run %s: spec %s", params["migration_run_id"], found["spec_path"])

@@ -172,6 +172,23 @@ def test_rollback_target_finds_the_migration_run_and_checks_its_connections(tmp_
         dag_support.rollback_target(str(tmp_path), run_id, {**params, "target_conn": "other_b"})
 
 
+def test_rollback_target_checks_a_token_file_against_the_triggers_connection(tmp_path: Path) -> None:
+    run_id = "manual__2026-11-28T08:00:00+00:00"
+    renewed = Conn("pulsar_cluster_b", port=8082, extra_dejson={
+        "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "token_file": "/run/secrets/b.token"})
+    directory = dag_support.run_dir(str(tmp_path), dag_support.MIGRATION_DAG_ID, run_id)
+    dag_support.write_spec(directory, spec_document(PARAMS, A, renewed))
+    params = {"source_conn": A.conn_id, "target_conn": renewed.conn_id, "lookup_conn": "pulsar_lookup"}
+    same = {A.conn_id: A, renewed.conn_id: renewed}
+    assert dag_support.rollback_target(str(tmp_path), run_id, params, connections=same)["run_dir"] == directory
+    moved = Conn("pulsar_cluster_b", port=8082, extra_dejson={**renewed.extra_dejson, "token_file": "/other.token"})
+    with pytest.raises(ValueError) as refused:
+        dag_support.rollback_target(str(tmp_path), run_id, params, connections={**same, moved.conn_id: moved})
+    assert str(refused.value) == (f"run {run_id} reached its target cluster-b with the token in file "
+                                  "/run/secrets/b.token, not through connection pulsar_cluster_b: trigger with that "
+                                  "run's connections")
+
+
 def test_a_connection_may_hold_a_token_file_instead_of_a_token() -> None:
     renewed = Conn("pulsar_cluster_b", port=8082, extra_dejson={
         "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "token_file": "/run/secrets/b.token"})
