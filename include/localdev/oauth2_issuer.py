@@ -52,7 +52,6 @@ class LocalIssuer:
     clients: dict[str, Client] = field(default_factory=dict)
     issued: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
-    agents: Counter[str] = field(default_factory=Counter)  # User-Agent of each issue: which client library asked
     tokens: list[str] = field(default_factory=list)  # every access token issued, for tests that look for leaks
     _server: ThreadingHTTPServer | None = None
 
@@ -106,7 +105,6 @@ class LocalIssuer:
                     self._answer(401, {"error": "invalid_client", "error_description": "unknown client or secret"})
                     return
                 issuer.issued[form["client_id"]] += 1
-                issuer.agents[(self.headers.get("User-Agent") or "none").split("/")[0]] += 1
                 token = hs256_token(issuer.secret_key.read_bytes(), client.role, issuer.lifetime_s)
                 issuer.tokens.append(token)
                 self._answer(200, {"access_token": token, "token_type": "Bearer",

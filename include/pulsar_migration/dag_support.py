@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pulsar_migration import rundir
+from pulsar_migration import rundir, tokens
 from pulsar_migration.bytecode import write_module
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import ClusterSpec, MigrationSpec, SpecError
@@ -94,12 +94,10 @@ def cluster_from_connection(conn: Any) -> tuple[str, dict[str, Any]]:
     }
     if extra.get("listener_name"):
         entry["listener_name"] = extra["listener_name"]
-    for key in ("token_file", "oauth2"):
-        if extra.get(key):
-            if conn.password or entry.get("token_file"):
-                raise ValueError(f"connection {conn.conn_id}: holds more than one of a token (password), "
-                                 "extra.token_file and extra.oauth2; give one")
-            entry[key] = extra[key]
+    entry.update({key: extra[key] for key in ("token_file", "oauth2") if extra.get(key)})
+    if len(tokens.credentials_given(entry)) > 1:
+        raise ValueError(f"connection {conn.conn_id}: holds more than one of a token (password), "
+                         "extra.token_file and extra.oauth2; give one")
     return str(extra.get("cluster_name") or conn.conn_id), entry
 
 

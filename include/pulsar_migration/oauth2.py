@@ -53,18 +53,17 @@ class OAuth2Spec:
     def client_params(self) -> str:
         """The parameters of the Python client's `AuthenticationOauth2` (its C++ flow reads the file itself)."""
         params = {"issuer_url": self.issuer_url, "private_key": self.credentials_file}
-        params.update({k: v for k, v in (("audience", self.audience), ("scope", self.scope)) if v})
-        return json.dumps(params)
+        return json.dumps({**params, **self.extras()})
 
     def broker_params(self) -> str:
         """The parameters of the Java client's `AuthenticationOAuth2` (a peer registration's replication)."""
         params = {"type": "client_credentials", "issuerUrl": self.issuer_url,
                   "privateKey": f"file://{self.credentials_file}"}
-        params.update({k: v for k, v in (("audience", self.audience), ("scope", self.scope)) if v})
-        return json.dumps(params)
+        return json.dumps({**params, **self.extras()})
 
-    def client_id(self) -> str:
-        return self._credentials()[0]
+    def extras(self) -> dict[str, str]:
+        """audience and scope, where set: every party of the flow takes them under these names."""
+        return {k: v for k, v in (("audience", self.audience), ("scope", self.scope)) if v}
 
     def _credentials(self) -> tuple[str, str]:
         try:
@@ -100,7 +99,7 @@ def access_token(spec: OAuth2Spec, *, fresh: bool = False) -> str:
 def _fetch(spec: OAuth2Spec) -> tuple[str, float]:
     client_id, secret = spec._credentials()
     form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
-    form.update({k: v for k, v in (("audience", spec.audience), ("scope", spec.scope)) if v})
+    form.update(spec.extras())
     endpoint = _token_endpoint(spec.issuer_url)
     where = f"OAuth2 issuer {spec.issuer_url}"
     try:

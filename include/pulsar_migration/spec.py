@@ -834,8 +834,7 @@ def _check_semantics(s: dict[str, Any]) -> None:
     for name, c in clusters.items():
         _check_url(f"clusters.{name}.admin_url", c.admin_url, ("http", "https"))
         _check_url(f"clusters.{name}.service_url", c.service_url, ("pulsar", "pulsar+ssl"))
-        given = [key for key, value in (("token_env", c.token_env), ("token_file", c.token_file),
-                                        ("oauth2", c.oauth2)) if value]
+        given = tokens.credentials_given(c.to_dict())
         if len(given) > 1:
             raise SpecError(f"spec: clusters.{name} sets {' and '.join(given)}; give one")
         if c.oauth2:

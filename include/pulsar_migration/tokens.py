@@ -12,7 +12,9 @@ import binascii
 import datetime
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 # A run that may outlive its token gets a warning when the token has less than this left at its start.
 EXPIRY_WARNING = datetime.timedelta(hours=1)
@@ -31,6 +33,15 @@ def expiry(token: str | None) -> datetime.datetime | None:
         return datetime.datetime.fromtimestamp(exp, datetime.UTC)
     except (binascii.Error, ValueError, UnicodeDecodeError, OverflowError, OSError):
         return None
+
+
+# The ways a cluster entry (spec, Airflow connection, lookup service) names its credential: at most one of them.
+CREDENTIAL_KEYS = ("token_env", "token_file", "oauth2")
+
+
+def credentials_given(entry: Mapping[str, Any]) -> list[str]:
+    """The CREDENTIAL_KEYS an entry sets, in that order (more than one is a contradiction its reader refuses)."""
+    return [key for key in CREDENTIAL_KEYS if entry.get(key)]
 
 
 class TokenFileError(ValueError):

@@ -120,7 +120,7 @@ class LookupConfig:
         for name, c in raw.items():
             if not isinstance(c, dict) or not str(c.get("http_url", "")).startswith(("http://", "https://")):
                 raise ConfigError(f"lookup config: clusters.{name}.http_url must be an http(s) URL")
-            given = [key for key in ("token_env", "token_file", "oauth2") if c.get(key)]
+            given = tokens.credentials_given(c)
             if len(given) > 1:
                 raise ConfigError(f"lookup config: clusters.{name} sets {' and '.join(given)}; give one")
             try:
