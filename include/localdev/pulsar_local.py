@@ -11,6 +11,10 @@ standalone starter never finds another instance's ZooKeeper dir and falls back t
 (localdev.pulsar_auth: key and tokens under var/auth/); a marker file in the cluster's directory records
 it, so the tools' own admin client sends the superuser token and a later start in the other mode refuses
 rather than mixing the two.
+
+The default pair (cluster-a, cluster-b) also serves TLS on ports of its own (web 8443+i, broker 6751+i, client
+certificates required: localdev.pulsar_tls), for clients that must switch over TLS; the tools and the peers'
+registrations use the plain ports.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from localdev.paths import var_dir
 from localdev.processes import alive, file_tail, port_in_use, read_live_pid, signal_group
 from localdev.pulsar_auth import SUPERUSER_ROLE, TOKEN_CLIENT_PLUGIN, AuthSetupError, LocalAuth, token_file
 from localdev.pulsar_dist import DistributionError, ensure_distribution
+from localdev.pulsar_tls import LocalTls
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +173,13 @@ def proxied_listener_overrides(cluster: LocalCluster, listener: str, proxy_port:
             f"{cluster.broker_port},{listener}:pulsar://127.0.0.1:{proxy_port}")
 
 
+def main_pair_tls(cluster: LocalCluster) -> dict[str, str]:
+    """The TLS ports of the default pair (none for the other clusters)."""
+    if cluster.index >= DEFAULT_CLUSTER_COUNT:
+        return {}
+    return LocalTls.default().ensure().broker_settings(cluster.index)
+
+
 def render_config(template: str, cluster: LocalCluster, auth: LocalAuth | None = None) -> str:
     """Sets this instance's keys in the distribution's standalone.conf (appending those it lacks)."""
     overrides = {
@@ -176,6 +188,7 @@ def render_config(template: str, cluster: LocalCluster, auth: LocalAuth | None =
         "brokerServicePort": str(cluster.broker_port),
         "webServicePort": str(cluster.web_port),
         **(auth.broker_overrides() if auth else {}),
+        **main_pair_tls(cluster),
         **extra_overrides(cluster),
     }
     return apply_overrides(template, overrides)
@@ -193,7 +206,8 @@ def apply_overrides(text: str, overrides: dict[str, str]) -> str:
 # -- lifecycle ---------------------------------------------------------------------------------------
 
 def _launch(cluster: LocalCluster, home: Path, fresh: bool, auth: LocalAuth | None) -> int:
-    for port in (cluster.web_port, cluster.broker_port):
+    for port in (cluster.web_port, cluster.broker_port,
+                 *(int(v) for k, v in main_pair_tls(cluster).items() if k.endswith("PortTls"))):
         if port_in_use(port):
             raise LocalClusterError(
                 f"{cluster.name}: port {port} is taken by another process; stop it or free the port"

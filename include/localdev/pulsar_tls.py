@@ -98,15 +98,18 @@ class LocalTls:
                                                    serialization.NoEncryption()))
         return self
 
+    def broker_settings(self, index: int) -> dict[str, str]:
+        """Broker settings for TLS ports beside the plain ones, client certificates required on them."""
+        return {
+            "brokerServicePortTls": str(broker_tls_port(index)), "webServicePortTls": str(web_tls_port(index)),
+            "tlsCertificateFilePath": str(self.broker_cert), "tlsKeyFilePath": str(self.broker_key),
+            "tlsTrustCertsFilePath": str(self.ca_cert), "tlsRequireTrustedClientCertOnConnect": "true",
+            "tlsAllowInsecureConnection": "false",
+        }
+
     def broker_overrides(self, index: int) -> str:
-        """PM_PULSAR_CONF_<NAME> settings (pulsar_local.start_with_overrides): TLS ports beside the plain ones,
-        client certificates required on them."""
-        return ",".join([
-            f"brokerServicePortTls={broker_tls_port(index)}", f"webServicePortTls={web_tls_port(index)}",
-            f"tlsCertificateFilePath={self.broker_cert}", f"tlsKeyFilePath={self.broker_key}",
-            f"tlsTrustCertsFilePath={self.ca_cert}", "tlsRequireTrustedClientCertOnConnect=true",
-            "tlsAllowInsecureConnection=false",
-        ])
+        """broker_settings as PM_PULSAR_CONF_<NAME> settings (pulsar_local.start_with_overrides)."""
+        return ",".join(f"{key}={value}" for key, value in self.broker_settings(index).items())
 
     def spec_entry(self, index: int, *, client_certificate: bool = True) -> dict[str, Any]:
         """A spec's `clusters` entry reaching local cluster `index` over TLS only."""

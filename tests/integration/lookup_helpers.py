@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from localdev.pulsar_local import LocalCluster
+from localdev.pulsar_tls import LocalTls
 
 TOKEN = "lookup-test-admin-token"
 HOLD_TIMEOUT_S = 8.0  # short, so the lookup service's test of the bound is quick
@@ -64,14 +65,21 @@ class LookupProcess:
 
 
 def start_service(tmp: Path, clusters: list[LocalCluster], default: LocalCluster,
-                  hold_timeout_s: float = LIVE_HOLD_TIMEOUT_S) -> LookupProcess:
+                  hold_timeout_s: float = LIVE_HOLD_TIMEOUT_S, tls: LocalTls | None = None) -> LookupProcess:
+    """The service routing to `clusters`; with `tls`, it answers over HTTPS and forwards to the clusters' TLS ports
+    with the client certificate (the default pair serves TLS beside its plain ports)."""
     config = tmp / "lookup.json"
     port = free_port()
+    entries: dict[str, Any] = {c.name: {"http_url": c.admin_url} for c in clusters}
+    if tls:
+        for c in clusters:
+            tls_entry = tls.spec_entry(c.index)
+            entries[c.name] = {"http_url": tls_entry["admin_url"], "tls": tls_entry["tls"]}
     config.write_text(json.dumps({
-        "clusters": {c.name: {"http_url": c.admin_url} for c in clusters},
-        "default_cluster": default.name, "database_url": f"sqlite:///{tmp / 'routes.db'}",
+        "clusters": entries, "default_cluster": default.name, "database_url": f"sqlite:///{tmp / 'routes.db'}",
         "hold_timeout_s": hold_timeout_s, "port": port,
+        **({"tls": {"cert_file": str(tls.broker_cert), "key_file": str(tls.broker_key)}} if tls else {}),
     }))
-    process = LookupProcess(config, port)
+    process = LookupProcess(config, port, ca_cert=tls.ca_cert if tls else None)
     process.start()
     return process

@@ -4,14 +4,17 @@ client, run through the lookup service while the tenant is migrated and switched
 received by every subscription) and on redelivery, counted against Pulsar's own floor: the same clients while
 their namespace is merely unloaded within one cluster, in the same run.
 
-Here geo mode; copy mode's cutover is judged the same way in test_rollback_live, on one migration that also
-serves a switch failing before the flip and the rollback after it (each migration of a live tenant costs a
-minute). Both use the clients and checks defined here."""
+Here geo mode, with every live client on TLS (client certificates, the lookup service on HTTPS, the brokers' TLS
+ports, checked connection by connection); copy mode's cutover is judged the same way in test_rollback_live, with
+plain clients, on one migration that also serves a switch failing before the flip and the rollback after it (each
+migration of a live tenant costs a minute). Both use the clients and checks defined here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import random
 import subprocess
 import threading
@@ -22,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pulsar
 import pytest
 from localdev.pulsar_dist import pulsar_home
 from localdev.pulsar_local import LocalCluster
+from localdev.pulsar_tls import LocalTls, broker_tls_port
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
@@ -74,11 +79,16 @@ class ConsumerRun:
 
 
 class Clients:
-    """Producers and consumers on one client whose service URL is the lookup service."""
+    """Producers and consumers on one client whose service URL is the lookup service; with `tls`, the client trusts
+    the local authority and shows the client certificate."""
 
-    def __init__(self, url: str, tenant: str) -> None:
+    def __init__(self, url: str, tenant: str, tls: LocalTls | None = None) -> None:
+        secure: dict[str, Any] = {}
+        if tls:
+            secure = {"authentication": pulsar.AuthenticationTLS(str(tls.client_cert), str(tls.client_key)),
+                      "tls_trust_certs_file_path": str(tls.ca_cert), "tls_allow_insecure_connection": False}
         self.client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
-                                    operation_timeout_seconds=30)
+                                    operation_timeout_seconds=30, **secure)
         self.stop = threading.Event()
         self.stop_producing = threading.Event()
         self.paused = threading.Event()
@@ -194,11 +204,55 @@ JAVA_REPEAT = 90  # bin/pulsar-client produce sends at most 1,000 messages
 JAVA_TOTAL = len(JAVA_CYCLE) * JAVA_REPEAT
 
 
-def java_producer(url: str, topic: str) -> subprocess.Popen[str]:
-    """The distribution's Java client producing JAVA_CYCLE JAVA_REPEAT times at 20 msg/s (about 45 s)."""
+def java_producer(url: str, topic: str, tls: LocalTls | None = None) -> subprocess.Popen[str]:
+    """The distribution's Java client producing JAVA_CYCLE JAVA_REPEAT times at 20 msg/s (about 45 s); with `tls`,
+    its client.conf trusts the local authority and shows the client certificate (`--url` is still `url`)."""
     command = [str(pulsar_home() / "bin" / "pulsar-client"), "--url", url, "produce", topic, "-n", str(JAVA_REPEAT),
                "-r", "20", *(arg for m in JAVA_CYCLE for arg in ("-m", m))]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, **({"PULSAR_CLIENT_CONF": str(tls.client_conf(0))} if tls else {})}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+class PortsSeen:
+    """The remote ports a process's TCP connections reach, sampled every 0.2 s on a thread until `stop`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.ports, self.halt = pid, set[int](), threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(self.pid)
+            while not self.halt.wait(0.2):
+                self.ports |= {c.raddr.port for c in process.net_connections(kind="tcp") if c.raddr}
+
+    def stop(self) -> set[int]:
+        self.halt.set()
+        self.thread.join(10)
+        return self.ports
+
+
+def broker_ports_of(clients: Clients, admin: PulsarAdmin) -> dict[str, int | None]:
+    """Per live producer and consumer the cluster behind `admin` serves: the broker port its connection reaches
+    (the broker's topic stats give the client's address, this process's sockets the port that address talks to)."""
+    remote = {c.laddr.port: c.raddr.port for c in psutil.Process().net_connections(kind="tcp") if c.raddr}
+    seen: dict[str, int | None] = {}
+    for topic, partitions in ((p.topic, 2 if p.topic.endswith("orders") else 0) for p in clients.producers):
+        for name in [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]:
+            stats = admin.get(f"/persistent/{name.removeprefix('persistent://')}/stats")
+            for producer in stats["publishers"]:
+                seen[f"{producer['producerName']}@{name}"] = remote.get(int(producer["address"].rsplit(":", 1)[1]))
+            for subscription, sub_stats in stats["subscriptions"].items():
+                for consumer in sub_stats["consumers"]:
+                    seen[f"{subscription}@{name}"] = remote.get(int(consumer["address"].rsplit(":", 1)[1]))
+    return seen
+
+
+def assert_on_tls_port(clients: Clients, admin: PulsarAdmin, port: int) -> None:
+    """Every live producer and consumer (3 producers and 7 consumers over the partitions) is connected to `port`."""
+    seen = broker_ports_of(clients, admin)
+    assert len(seen) == 10 and set(seen.values()) == {port}, seen
 
 
 def publishing_at_the_source(admin: PulsarAdmin, topic: str, process: subprocess.Popen[str],
@@ -259,9 +313,11 @@ def stored_twice_evidence(cluster_a: LocalCluster, cluster_b: LocalCluster, topi
     return "; ".join(lines)
 
 
-@pytest.fixture
-def live(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
+@contextlib.contextmanager
+def live_tenant(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
+                tls: LocalTls | None) -> Iterator[dict[str, Any]]:
+    """A tenant on cluster-a for live clients, and the lookup service routing to both clusters (over TLS: `tls`)."""
+    service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a, tls=tls)
     tenant = unique("it-switch")
     admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
     admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
@@ -278,12 +334,25 @@ def live(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> It
     admin_a.put(f"/persistent/{tenant}/ns/events")
     admin_a.put(f"/persistent/{tenant}/ns/java")  # the Java client's producer (JAVA_CYCLE)
     try:
-        yield {"service": service, "tenant": tenant, "admin_a": admin_a, "admin_b": admin_b, "tmp": tmp_path}
+        yield {"service": service, "tenant": tenant, "admin_a": admin_a, "admin_b": admin_b, "tmp": tmp_path,
+               "tls": tls}
     finally:
         service.stop()
         teardown(tenant, admin_a, admin_b, cluster_a.name)  # geo mode: replication off first, then delete
         for admin in (admin_a, admin_b):
             admin.close()
+
+
+@pytest.fixture
+def live(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with live_tenant(cluster_a, cluster_b, tmp_path, None) as tenant:
+        yield tenant
+
+
+@pytest.fixture
+def live_over_tls(cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with live_tenant(cluster_a, cluster_b, tmp_path, LocalTls.default().ensure()) as tenant:
+        yield tenant
 
 
 def unload_floor(clients: Clients, admin: PulsarAdmin, tenant: str) -> dict[str, int]:
@@ -298,11 +367,19 @@ def unload_floor(clients: Clients, admin: PulsarAdmin, tenant: str) -> dict[str,
 
 def live_spec(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, mode: str,
               monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The spec of a live test: `mode`, the lookup service (its token in the environment the spec names)."""
+    """The spec of a live test: `mode`, the lookup service (its token in the environment the spec names); for a
+    live tenant over TLS, the clusters' and the service's TLS URLs with the authority and the client certificate."""
     monkeypatch.setenv("PM_TEST_LOOKUP_TOKEN", TOKEN)
-    return write_spec(live["tmp"] / "spec.json", live["tenant"], cluster_a, cluster_b, replication={"mode": mode},
-                      options={"geo_timeout_s": 120},
-                      lookup={"url": live["service"].url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+    lookup = {"url": live["service"].url, "token_env": "PM_TEST_LOOKUP_TOKEN"}
+    path = write_spec(live["tmp"] / "spec.json", live["tenant"], cluster_a, cluster_b, replication={"mode": mode},
+                      options={"geo_timeout_s": 120}, lookup=lookup)
+    tls: LocalTls | None = live["tls"]
+    if tls:  # every step, and the switch's probe, reaches both clusters and the service over TLS only
+        doc = json.loads(path.read_text())
+        doc["lookup"]["trust_certs_file"] = str(tls.ca_cert)
+        doc["clusters"] = {c.name: tls.spec_entry(c.index) for c in (cluster_a, cluster_b)}
+        path.write_text(json.dumps(doc))
+    return path
 
 
 def migrate(spec: Path, run_dir: Path) -> None:
@@ -319,13 +396,15 @@ class Cutover:
     redelivered: dict[str, int]  # per subscription, within 6 s of the switch's start
     java: subprocess.Popen[str]
     java_out: str
+    java_ports: set[int]  # the remote ports the Java client's connections reached
 
 
 def switch_with_java_publishing(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients) -> Cutover:
     """The switch while the Java producer publishes across it (started first, seen storing at the source)."""
     service: LookupProcess = live["service"]
     java_topic = f"persistent://{live['tenant']}/ns/java"
-    java = java_producer(service.url, java_topic)
+    java = java_producer(service.url, java_topic, live["tls"])
+    ports = PortsSeen(java.pid)
     try:
         publishing_at_the_source(live["admin_a"], java_topic, java)
         switch_from = time.monotonic()
@@ -337,7 +416,8 @@ def switch_with_java_publishing(live: dict[str, Any], spec: Path, run_dir: Path,
         if java.poll() is None:  # the test failed before it ended: not left publishing into the next one
             java.kill()
             java.wait(timeout=60)
-    return Cutover(code, json.loads((run_dir / f"{STEP}.json").read_text()), redelivered, java, java_out)
+        ports.stop()
+    return Cutover(code, json.loads((run_dir / f"{STEP}.json").read_text()), redelivered, java, java_out, ports.ports)
 
 
 def judge_the_cutover(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, mode: str,
@@ -456,20 +536,47 @@ def judge_geo_progress(live: dict[str, Any], cluster_a: LocalCluster, cluster_b:
     assert differences == {} and drained == backlog(rep, ["ns/audit"], list(subs))
 
 
-def test_live_cutover_in_geo_mode(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster,
-                                  spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cutover with native geo-replication carrying the data. Copy mode's is in test_rollback_live, on the
-    migration its rollbacks use too. Before the switch, the same migration judges sync_progress in geo mode on
-    quiet topics (judge_geo_progress)."""
+def test_live_cutover_in_geo_mode_with_clients_on_tls(
+        live_over_tls: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cutover with native geo-replication carrying the data, every live client on TLS with a client
+    certificate: the lookup service answers over HTTPS and forwards to the brokers' TLS ports, and the clients'
+    connections are checked against the brokers' own view (each producer and consumer on cluster-a's TLS port
+    before, on cluster-b's after; the Java client never on a plain broker port). Copy mode's cutover is in
+    test_rollback_live, on the migration its rollbacks use too. Before the switch, the same migration judges
+    sync_progress in geo mode on quiet topics (judge_geo_progress)."""
+    live = live_over_tls
     ack_patterned_topics(live["admin_a"], cluster_a, live["tenant"])
-    clients = Clients(live["service"].url, live["tenant"])
+    clients = Clients(live["service"].url, live["tenant"], live["tls"])
     clients.start()
     try:
+        assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
         floor = unload_floor(clients, live["admin_a"], live["tenant"])
         spec, run_dir = live_spec(live, cluster_a, cluster_b, "geo", monkeypatch), live["tmp"] / "run"
         migrate(spec, run_dir)
         judge_geo_progress(live, cluster_a, cluster_b, spec, run_dir)
         cutover = switch_with_java_publishing(live, spec, run_dir, clients)
+        assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
     finally:
         clients.finish()
     judge_the_cutover(live, cluster_a, cluster_b, "geo", clients, floor, cutover)
+    tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
+    plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
+    assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
+    probe_again_over_tls(spec, run_dir, cluster_b)
+
+
+def probe_again_over_tls(spec: Path, run_dir: Path, cluster_b: LocalCluster) -> None:
+    """A re-run of the switch finds the route flipped and probes again through the HTTPS service: passes with the
+    spec's TLS entry for the target; with a plain entry (no client certificate for the brokers' TLS ports) it fails
+    in one line naming what to check, exit 1, and the route stays."""
+    assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / f"{STEP}.json").read_text())
+    assert report["details"]["already_switched"] and report["details"]["probe"]["producer_on_target"], report
+    doc = json.loads(spec.read_text())
+    doc["clusters"][cluster_b.name] = {"admin_url": cluster_b.admin_url, "service_url": cluster_b.service_url}
+    plain_target = spec.with_name("plain-target.json")
+    plain_target.write_text(json.dumps(doc))
+    assert run_step(STEP, run, ["--spec", str(plain_target), "--run-dir", str(run_dir)]) == 1
+    error = json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+    assert error.startswith("probe: no producer through the lookup service") and "trust_certs_file" in error, error

@@ -22,6 +22,10 @@ def test_render_config_replaces_existing_keys_and_appends_missing_ones() -> None
     assert "webServicePort=8082" in text and "webServicePort=8080" not in text
     assert "brokerServicePort=6652" in text and "#brokerServicePort=1" in text
     assert "forceDeleteTenantAllowed=true" in text  # appended: absent from the template
+    # The default pair serves TLS beside its plain ports (clients switching over TLS); other clusters do not.
+    assert "brokerServicePortTls=6752" in text and "webServicePortTls=8444" in text
+    assert "tlsRequireTrustedClientCertOnConnect=true" in text
+    assert "PortTls" not in render_config(template, local_clusters(3)[2])
 
 
 def test_cluster_count_is_bounded() -> None:

@@ -34,8 +34,9 @@ from pulsar_migration.replication import posmap
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext
+from pulsar_migration.switch.probe import probe
 from pulsar_migration.switch.step import STEP as SWITCH_STEP
-from pulsar_migration.switch.step import Phases, SwitchError, cutover, namespaces, probe, selected_partitions
+from pulsar_migration.switch.step import Phases, SwitchError, cutover, namespaces, selected_partitions
 
 log = logging.getLogger(__name__)
 

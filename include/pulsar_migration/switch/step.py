@@ -70,6 +70,7 @@ from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 from pulsar_migration.switch.fanout import FENCE_THREADS, each_partition
 from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
+from pulsar_migration.switch.probe import probe
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,6 @@ MAX_REFENCES = 3
 # this few entries: the final delta (an admin call per entry for producer identities) is then about as small.
 CATCH_UP_ROUNDS = 3
 CATCH_UP_ENOUGH_ENTRIES = 500
-PROBE_NAME = "pulsar-migration-probe"
 
 
 class SwitchError(StepFailed):
@@ -431,32 +431,3 @@ def quiet_check(src: PulsarAdmin, tgt: PulsarAdmin, partitions: list[str],
 def ledger_collisions(source: dict[str, set[int]], target: dict[str, set[int]]) -> list[dict[str, Any]]:
     return [{"topic": topic, "ledgers": sorted(ids & target[topic])} for topic, ids in source.items()
             if ids & target[topic]]
-
-
-def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
-    """A producer and a reader through the lookup service; they must land on the target's brokers."""
-    import pulsar
-
-    spec = ctx.spec
-    if not partitions:
-        return {"skipped": "no selected partitions"}
-    topic = partitions[0]
-    tgt_admin = spec.target_cluster.admin()
-    # With the target's credentials: the service forwards the client's own token to the cluster.
-    client = spec.target_cluster.pulsar_client(spec.lookup_url, operation_timeout_seconds=30)
-    try:
-        producer = client.create_producer(topic, producer_name=f"{PROBE_NAME}-{int(time.time())}")
-        reader = client.create_reader(topic, pulsar.MessageId.latest)
-        stats = tgt_admin.get(f"{tgt_admin.topic_path(topic)}/stats")
-        producers = [p.get("producerName") for p in stats.get("publishers") or []]
-        readers = [s for s, v in (stats.get("subscriptions") or {}).items() if not v.get("isDurable", True)]
-        on_target = producer.producer_name() in producers and bool(readers)
-        producer.close()
-        reader.close()
-    finally:
-        client.close()
-        tgt_admin.close()
-    if not on_target:
-        raise SwitchError(f"probe: a producer and a reader through the lookup service did not land on the target "
-                          f"{spec.target} ({topic})")
-    return {"topic": topic, "producer_on_target": True, "reader_on_target": True}
