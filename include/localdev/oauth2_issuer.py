@@ -12,9 +12,11 @@ can tell that each client really ran the flow.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -23,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
+
+import psutil
 
 
 def _b64(data: bytes) -> str:
@@ -35,6 +39,15 @@ def hs256_token(key: bytes, subject: str, lifetime_s: float) -> str:
     claims = _b64(json.dumps({"sub": subject, "exp": int(time.time() + lifetime_s)}).encode())
     signature = hmac.new(key, f"{header}.{claims}".encode(), hashlib.sha256).digest()
     return f"{header}.{claims}.{_b64(signature)}"
+
+
+def caller_group(client_port: int, server_port: int) -> int:
+    """The process group of the local process whose socket at `client_port` talks to `server_port` (-1 unknown)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == client_port and conn.raddr and conn.raddr.port == server_port and conn.pid:
+            with contextlib.suppress(ProcessLookupError):
+                return os.getpgid(conn.pid)
+    return -1
 
 
 @dataclass
@@ -53,6 +66,9 @@ class LocalIssuer:
     issued: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
     tokens: list[str] = field(default_factory=list)  # every access token issued, for tests that look for leaks
+    # Per process group, the tokens issued to its processes (a local cluster's broker is a group of its own): tells
+    # a broker's own exchanges from the tools'.
+    callers: Counter[int] = field(default_factory=Counter)
     _server: ThreadingHTTPServer | None = None
 
     def add_client(self, client_id: str, secret: str, role: str, credentials_file: Path) -> Path:
@@ -105,6 +121,7 @@ class LocalIssuer:
                     self._answer(401, {"error": "invalid_client", "error_description": "unknown client or secret"})
                     return
                 issuer.issued[form["client_id"]] += 1
+                issuer.callers[caller_group(self.client_address[1], self.server.server_address[1])] += 1
                 token = hs256_token(issuer.secret_key.read_bytes(), client.role, issuer.lifetime_s)
                 issuer.tokens.append(token)
                 self._answer(200, {"access_token": token, "token_type": "Bearer",

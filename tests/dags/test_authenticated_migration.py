@@ -33,6 +33,7 @@ from localdev.pulsar_local import LocalCluster
 from pulsar_migration import faults
 from pulsar_migration.admin import AuthRejected, PulsarAdmin
 from pulsar_migration.dag_support import run_dir
+from pulsar_migration.metadata.inventory import OAUTH2_AUTH_PLUGIN
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication.step import STEP as REPLICATE
 from pulsar_migration.replication.step import run as replicate
@@ -587,6 +588,53 @@ def test_a_copy_between_clusters_that_take_oauth2_tokens(
             assert not [t for t in issuer.tokens if t in text], f"an access token leaked into {where}"
     finally:
         drop_tenant(tenant, admin_d, target.admin(timeout_s=30))
+
+
+def test_geo_replication_to_a_peer_its_brokers_reach_with_oauth2_tokens(
+    auth_pair: tuple[LocalCluster, LocalCluster], auth: LocalAuth, issuer: LocalIssuer, tmp_path: Path,
+    spark: SparkSession,
+) -> None:
+    """Geo mode with only OAuth2 client credentials in the spec: sync_metadata registers the target in the source
+    with Pulsar's OAuth2 plugin and the key file's path, the source broker's replicators run the flow against the
+    issuer themselves (the issuer sees the broker's own process group ask), and the backlog arrives whole and
+    verified on a target that refuses anyone without a token."""
+    from tests.integration.test_replicate_geo import teardown
+
+    source, target = auth_pair
+    credentials = issuer.add_client("pm-tools", "s3cret", SUPERUSER_ROLE, tmp_path / "tools.json")
+    admin_d, admin_e = source.admin(timeout_s=30), target.admin(timeout_s=30)
+    tenant, topic, sent = two_partition_tenant(admin_d, source, auth, "auth-geo", 300)
+    admin_d.post(f"/namespaces/{tenant}/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 64})
+    spec = write_spec(tmp_path / "spec.json", tenant, source, target, replication={"mode": "geo"},
+                      options={"geo_timeout_s": 120})
+    document = json.loads(spec.read_text())
+    for cluster in (source, target):
+        document["clusters"][cluster.name] = oauth2_entry(cluster, issuer, credentials)
+    spec.write_text(json.dumps(document))
+    run = ["--spec", str(spec), "--run-dir", str(tmp_path / "run")]
+    # The pair's start registered each in the other with a token file, and sync_metadata never overwrites a
+    # registration (other tenants may replicate through it): this test's goes first and comes back after.
+    admin_d.delete(f"/clusters/{target.name}")
+    try:
+        assert run_step("sync_metadata", sync_metadata, run) == 0
+        registered = admin_d.get(f"/clusters/{target.name}")
+        assert registered["authenticationPlugin"] == OAUTH2_AUTH_PLUGIN, registered
+        assert run_step(REPLICATE, replicate, run) == 0
+        report = json.loads((tmp_path / "run" / f"{REPLICATE}.json").read_text())
+        assert report["verdict"] == "ok" and report["details"]["mode"] == "geo", report.get("error")
+        assert report["hashes"]["source"] == report["hashes"]["target"]
+        got = read_with_the_specs_client(ClusterSpec.from_entry(target.name, document["clusters"][target.name]),
+                                         topic)
+        assert sorted(got) == sorted(sent)
+        broker_group = int(source.pid_file.read_text())
+        assert issuer.callers[broker_group] >= 1, issuer.callers  # the replicator's own exchange
+        assert issuer.refused["pm-tools"] == 0
+    finally:
+        teardown(tenant, admin_d, admin_e, source.name)
+        admin_d.delete(f"/clusters/{target.name}")
+        admin_d.upsert_cluster(target.name, pulsar_local.registration(target))
+        admin_d.close()
+        admin_e.close()
 
 
 def test_the_lookup_service_looks_up_with_an_oauth2_token(
