@@ -579,4 +579,4 @@ def probe_again_over_tls(spec: Path, run_dir: Path, cluster_b: LocalCluster) -> 
     plain_target.write_text(json.dumps(doc))
     assert run_step(STEP, run, ["--spec", str(plain_target), "--run-dir", str(run_dir)]) == 1
     error = json.loads((run_dir / f"{STEP}.json").read_text())["error"]
-    assert error.startswith("probe: no producer through the lookup service") and "trust_certs_file" in error, error
+    assert error.startswith("probe: a client through the lookup service") and "trust_certs_file" in error, error
