@@ -71,26 +71,32 @@ def cursor_mark(admin: PulsarAdmin, topic: str, target: str) -> tuple[int, int]:
 
 
 def teardown(tenant: str, admin_a: PulsarAdmin, admin_b: PulsarAdmin, source: str) -> None:
-    """Deletes the test tenant on both clusters. The source namespace is set back to replicate to itself only
-    first (a namespace replicating elsewhere cannot be deleted); each cluster has its own configuration store,
-    so that change removes only the source's replicators and deletes nothing on the target. Deleting topics
-    while the broker still deletes their replicator cursors left them fenced for good on 4.0.8 (HTTP 500
-    "Topic is already fenced" until a broker restart): wait for the cursors to go first."""
+    """Deletes the test tenant on both clusters. Each side's namespaces are set back to replicate to their own
+    cluster only first (a namespace replicating elsewhere cannot be deleted; after a geo-mode rollback the target's
+    replicate back too); each cluster has its own configuration store, so that change removes only that side's
+    replicators and deletes nothing on the other. Deleting topics while the broker still deletes their replicator
+    cursors left them fenced for good on 4.0.8 (HTTP 500 "Topic is already fenced" until a broker restart): wait
+    for the cursors to go first."""
+    for admin, own in ((admin_a, source), (admin_b, admin_b.name)):
+        replicate_to_itself(tenant, admin, own)
+    drop_tenant(tenant, admin_a, admin_b)
+
+
+def replicate_to_itself(tenant: str, admin: PulsarAdmin, own: str) -> None:
     try:
-        namespaces = admin_a.get(f"/namespaces/{tenant}")
+        namespaces = admin.get(f"/namespaces/{tenant}")
     except NotFound:
         namespaces = []
     for full in namespaces:
-        if admin_a.get(f"/namespaces/{full}/replication") == [source]:
+        if admin.get(f"/namespaces/{full}/replication") in ([own], []):
             continue
-        admin_a.post(f"/namespaces/{full}/replication", [source])
+        admin.post(f"/namespaces/{full}/replication", [own])
         deadline = time.monotonic() + 30
-        for topic in admin_a.get(f"/persistent/{full}", params={"includeSystemTopic": "true"}):
+        for topic in admin.get(f"/persistent/{full}", params={"includeSystemTopic": "true"}):
             while time.monotonic() < deadline and any(
                     name.startswith("pulsar.repl.")
-                    for name in admin_a.get(f"{admin_a.topic_path(topic)}/internalStats")["cursors"]):
+                    for name in admin.get(f"{admin.topic_path(topic)}/internalStats")["cursors"]):
                 time.sleep(0.2)
-    drop_tenant(tenant, admin_a, admin_b)
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from typing import Any
 
 import pulsar
@@ -33,6 +32,8 @@ from pyspark.sql import SparkSession
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixture)
     Clients,
+    carried_on,
+    judge_back_on_source,
     judge_the_cutover,
     live,
     live_spec,
@@ -43,23 +44,6 @@ from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixtur
 )
 
 log = logging.getLogger(__name__)
-
-
-def carried_on(clients: Clients, where: str, timeout_s: float = 60.0) -> dict[str, int]:
-    """Waits until every producer has a send made from now on acknowledged and every subscription received one
-    (where the route names now, the caller knows which cluster that is); returns the producers' marks."""
-    marks = {p.name: p.next for p in clients.producers}
-    producer_of = {p.topic: p.name for p in clients.producers}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done = {p.name: any(n >= marks[p.name] for n in list(p.sent)) for p in clients.producers}
-        for c in clients.consumers:
-            mark = marks[producer_of[c.topic]]
-            done[c.subscription] = any(int(payload.split(":")[1]) >= mark for payload, _ in list(c.received))
-        if all(done.values()):
-            return marks
-        assert time.monotonic() < deadline, f"clients stalled {where}: {done}"
-        time.sleep(0.5)
 
 
 def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_way(
@@ -124,18 +108,4 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
     log.info("rollback: hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
              report["details"]["phases_s"], redelivered)
 
-    for p in clients.producers:
-        assert p.failed == [], p.failed[:5]
-        # messages were published on the target between the switch and the rollback, and after it on the source
-        assert on_target_from[p.name] < max(p.sent)
-        partitions = 2 if p.topic.endswith("orders") else 0
-        mine = [[int(x.split(":")[1]) for x in part if x.startswith(p.name + ":")]
-                for part in stored(cluster_a, p.topic, partitions)]
-        counts = Counter(n for part in mine for n in part)
-        assert sorted(counts) == sorted(p.sent), f"{p.name}: the source's set differs from the acknowledged sends"
-        assert max(counts.values()) == 1, f"{p.name}: stored twice: {[n for n, k in counts.items() if k > 1][:5]}"
-        for part in mine:
-            assert part == sorted(part), f"{p.name}: order broken in storage"
-    sent = clients.acknowledged()
-    for c in clients.consumers:
-        assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription
+    judge_back_on_source(clients, cluster_a, on_target_from)

@@ -34,6 +34,7 @@ from localdev.pulsar_tls import LocalTls, broker_tls_port
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
+from pulsar_migration.switch import rollback
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
@@ -471,6 +472,44 @@ def judge_the_cutover(live: dict[str, Any], cluster_a: LocalCluster, cluster_b: 
         assert taught["producers"] >= len(clients.producers) and taught["sequence_ids_known"] > 0, taught
 
 
+def carried_on(clients: Clients, where: str, timeout_s: float = 60.0) -> dict[str, int]:
+    """Waits until every producer has a send made from now on acknowledged and every subscription received one
+    (where the route names now, the caller knows which cluster that is); returns the producers' marks."""
+    marks = {p.name: p.next for p in clients.producers}
+    producer_of = {p.topic: p.name for p in clients.producers}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = {p.name: any(n >= marks[p.name] for n in list(p.sent)) for p in clients.producers}
+        for c in clients.consumers:
+            mark = marks[producer_of[c.topic]]
+            done[c.subscription] = any(int(payload.split(":")[1]) >= mark for payload, _ in list(c.received))
+        if all(done.values()):
+            return marks
+        assert time.monotonic() < deadline, f"clients stalled {where}: {done}"
+        time.sleep(0.5)
+
+
+def judge_back_on_source(clients: Clients, cluster_a: LocalCluster, on_target_from: dict[str, int]) -> None:
+    """After a rollback, with the clients finished: the source holds every acknowledged send exactly once, in send
+    order per producer and partition (sends made on the target between the switch and the rollback included); no
+    send failed; every subscription received every message."""
+    for p in clients.producers:
+        assert p.failed == [], p.failed[:5]
+        # messages were published on the target between the switch and the rollback, and after it on the source
+        assert on_target_from[p.name] < max(p.sent)
+        partitions = 2 if p.topic.endswith("orders") else 0
+        mine = [[int(x.split(":")[1]) for x in part if x.startswith(p.name + ":")]
+                for part in stored(cluster_a, p.topic, partitions)]
+        counts = Counter(n for part in mine for n in part)
+        assert sorted(counts) == sorted(p.sent), f"{p.name}: the source's set differs from the acknowledged sends"
+        assert max(counts.values()) == 1, f"{p.name}: stored twice: {[n for n, k in counts.items() if k > 1][:5]}"
+        for part in mine:
+            assert part == sorted(part), f"{p.name}: order broken in storage"
+    sent = clients.acknowledged()
+    for c in clients.consumers:
+        assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription
+
+
 # Topics no live client touches, acked in test_sync_progress's patterns before the geo-mode migration, which
 # thereby also judges sync_progress over the map native geo-replication's `__MSG_PROP_REPL_SOURCE_POSITION` gives.
 QUIET_TOPICS = {"ns/batched2": 2, "ns/audit": 0}
@@ -536,47 +575,65 @@ def judge_geo_progress(live: dict[str, Any], cluster_a: LocalCluster, cluster_b:
     assert differences == {} and drained == backlog(rep, ["ns/audit"], list(subs))
 
 
-def test_live_cutover_in_geo_mode_with_clients_on_tls(
+def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         live_over_tls: dict[str, Any], cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cutover with native geo-replication carrying the data, every live client on TLS with a client
-    certificate: the lookup service answers over HTTPS and forwards to the brokers' TLS ports, and the clients'
-    connections are checked against the brokers' own view (each producer and consumer on cluster-a's TLS port
-    before, on cluster-b's after; the Java client never on a plain broker port). Copy mode's cutover is in
-    test_rollback_live, on the migration its rollbacks use too. Before the switch, the same migration judges
+    """The cutover with native geo-replication carrying the data, then the rollback (geo mode: the target's
+    replication carries back what clients published there), every live client on TLS with a client certificate:
+    the lookup service answers over HTTPS and forwards to the brokers' TLS ports, and the clients' connections are
+    checked against the brokers' own view (each producer and consumer on cluster-a's TLS port before, on
+    cluster-b's after the switch, on cluster-a's again after the rollback; the Java client never on a plain broker
+    port). Copy mode's cutover and rollback are in test_rollback_live. Before the switch, the same migration judges
     sync_progress in geo mode on quiet topics (judge_geo_progress)."""
     live = live_over_tls
     ack_patterned_topics(live["admin_a"], cluster_a, live["tenant"])
     clients = Clients(live["service"].url, live["tenant"], live["tls"])
     clients.start()
+    spec, run_dir = live_spec(live, cluster_a, cluster_b, "geo", monkeypatch), live["tmp"] / "run"
+    args = ["--spec", str(spec), "--run-dir", str(run_dir)]
     try:
         assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
         floor = unload_floor(clients, live["admin_a"], live["tenant"])
-        spec, run_dir = live_spec(live, cluster_a, cluster_b, "geo", monkeypatch), live["tmp"] / "run"
         migrate(spec, run_dir)
         judge_geo_progress(live, cluster_a, cluster_b, spec, run_dir)
         cutover = switch_with_java_publishing(live, spec, run_dir, clients)
         assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
+        clients.settle()
+        judge_the_cutover(live, cluster_a, cluster_b, "geo", clients, floor, cutover)
+        clients.resume()
+
+        on_target_from = carried_on(clients, "on the target")
+        back_from = time.monotonic()
+        code = run_step(rollback.STEP, rollback.run, args)
+        report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
+        assert code == 0, report.get("error")
+        carried_on(clients, "after the rollback")
+        redelivered = clients.duplicates(back_from, time.monotonic())
+        assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
     finally:
         clients.finish()
-    judge_the_cutover(live, cluster_a, cluster_b, "geo", clients, floor, cutover)
+    log.info("rollback (geo mode): hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
+             report["details"]["phases_s"], redelivered)
+    assert report["details"]["route_after"] == cluster_a.name
+    judge_back_on_source(clients, cluster_a, on_target_from)
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
-    probe_again_over_tls(spec, run_dir, cluster_b)
+    probe_again_over_tls(spec, run_dir, cluster_a)
 
 
-def probe_again_over_tls(spec: Path, run_dir: Path, cluster_b: LocalCluster) -> None:
-    """A re-run of the switch finds the route flipped and probes again through the HTTPS service: passes with the
-    spec's TLS entry for the target; with a plain entry (no client certificate for the brokers' TLS ports) it fails
-    in one line naming what to check, exit 1, and the route stays."""
-    assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
-    report = json.loads((run_dir / f"{STEP}.json").read_text())
-    assert report["details"]["already_switched"] and report["details"]["probe"]["producer_on_target"], report
+def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster) -> None:
+    """A re-run of the rollback finds the route back on the source and probes again through the HTTPS service:
+    passes with the spec's TLS entry for the source; with a plain entry (no client certificate for the brokers'
+    TLS ports) it fails in one line naming what to check, exit 1, and the route stays."""
+    args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+    assert run_step(rollback.STEP, rollback.run, args) == 0
+    report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
+    assert report["details"]["already_rolled_back"] and report["details"]["probe"]["producer_on_target"], report
     doc = json.loads(spec.read_text())
-    doc["clusters"][cluster_b.name] = {"admin_url": cluster_b.admin_url, "service_url": cluster_b.service_url}
-    plain_target = spec.with_name("plain-target.json")
-    plain_target.write_text(json.dumps(doc))
-    assert run_step(STEP, run, ["--spec", str(plain_target), "--run-dir", str(run_dir)]) == 1
-    error = json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+    doc["clusters"][cluster_a.name] = {"admin_url": cluster_a.admin_url, "service_url": cluster_a.service_url}
+    plain_source = spec.with_name("plain-source.json")
+    plain_source.write_text(json.dumps(doc))
+    assert run_step(rollback.STEP, rollback.run, ["--spec", str(plain_source), "--run-dir", str(run_dir)]) == 1
+    error = json.loads((run_dir / f"{rollback.STEP}.json").read_text())["error"]
     assert error.startswith("probe: a client through the lookup service") and "trust_certs_file" in error, error

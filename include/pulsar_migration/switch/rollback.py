@@ -5,13 +5,15 @@
 RUN_DIR is the migration's own run dir: the rollback needs its position map. It is the switch run in reverse,
 in `RUN_DIR/rollback/` (reports `rollback_lookup.*.json` there, its own map):
 
-1. **preconditions**: copy mode (geo replication would carry the target's new messages back by itself, next
-   to the copy), switch_lookup reported ok here, the lookup service routes the tenant to the target (to the
-   source already: rolled back, only the probe runs).
+1. **preconditions**: switch_lookup reported ok here, the lookup service routes the tenant to the target (to
+   the source already: rolled back, only the probe runs).
 2. **reverse map**: the migration's map with both sides swapped, written once. The reverse copy then starts,
    per partition, right after the last target entry the migration copied there, i.e. it takes only what
    clients published on the target since the flip; the reverse progress sync translates every target
-   position, old or new, back to a source one.
+   position, old or new, back to a source one. In geo mode the reverse "copy" is Pulsar's own replication from
+   the target back to the source (the target's namespaces replicate to the source from then on; a replicator
+   skips what was replicated into its cluster, so only what clients published on the target goes back, and the
+   source's replication to the target carries what they publish after the rollback: active-active).
 3. **the cutover in reverse** (switch.step.cutover with source and target swapped): catch-up copies and
    progress, hold, fence the target, final delta (keeping client producer names and sequence ids, which the
    source's deduplication knows from before the switch), final progress sync, quiet check, flip the route
@@ -46,8 +48,8 @@ SWAPPED = ("ledger", "entry", "messages", "batched", "first_chunk")
 
 
 def reverse_spec(spec: MigrationSpec) -> MigrationSpec:
-    """The same tenant and selection from the target back to the source, copied (never geo)."""
-    return dataclasses.replace(spec, source=spec.target, target=spec.source, replication_mode="copy")
+    """The same tenant, selection and replication mode from the target back to the source."""
+    return dataclasses.replace(spec, source=spec.target, target=spec.source)
 
 
 def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
@@ -69,9 +71,6 @@ def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
 
 def run(ctx: StepContext) -> None:
     spec, report = ctx.spec, ctx.report
-    if spec.replication_mode != "copy":
-        raise BadInput("rollback after the flip is built for copy mode: in geo mode the namespaces' replication "
-                       "would carry the target's new messages back next to the reverse copy")
     if not spec.lookup_url:
         raise BadInput("the spec names no lookup service (lookup.url): there is no route to switch back")
     if not rundir.is_local(ctx.run_dir):
@@ -107,7 +106,8 @@ def run(ctx: StepContext) -> None:
             return
         if ctx.dry_run:
             report.details["plan"] = [f"seed {ROLLBACK_DIR}/position_map from the migration's map (sides swapped)",
-                                      "catch-up copy and progress from the target", "hold",
+                                      f"catch-up {'replication' if spec.replication_mode == 'geo' else 'copy'} "
+                                      "and progress from the target", "hold",
                                       "fence (unload " + ", ".join(namespaces(rctx, tgt_admin)) + f" on {spec.target})",
                                       "final delta and progress", "quiet check",
                                       f"flip {spec.tenant} back to {spec.source}", "probe"]
