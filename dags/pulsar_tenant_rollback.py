@@ -7,16 +7,17 @@ the target: give the **run id** of that migration run (its run dir holds the pos
 1. **render_spec** finds that run's spec and run dir and checks the form names the connections it used (their
    tokens reach the step as environment variables, never as arguments).
 2. **rollback_lookup** (spark-submit) is the switch in reverse, in `RUN_DIR/rollback/`: the migration's map
-   with its sides swapped, catch-up copies of what clients published on the target since the flip (copy mode,
-   target deduplication on the source), the reverse progress sync of every subscription (markDelete and
+   with its sides swapped, catch-up copies of what clients published on the target since the flip (copy mode;
+   in geo mode the target's namespaces replicate back to the source; the source's deduplication drops re-sends),
+   the reverse progress sync of every subscription (markDelete and
    individual acks), hold, fence the target, final delta and sync, quiet check, flip the route back to the
    source, release, probe that clients land on the source. A failure before that flip leaves the clients on the
-   target. It runs only after a verified switch_lookup of that run, and only for copy-mode migrations.
+   target. It runs only after a verified switch_lookup of that run.
 3. **publish_rollback_lookup_report** logs the report (`RUN_DIR/rollback_lookup.json`) and fails when the
    step did.
 
 Nothing is deleted: the target keeps its copy. **Retries are safe**: the step is idempotent (a re-run after
-the flip back only probes); refused input (exit 2: no such run, no switch to roll back, geo mode) fails at once.
+the flip back only probes); refused input (exit 2: no such run, no switch to roll back) fails at once.
 """
 
 from __future__ import annotations
