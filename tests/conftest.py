@@ -27,6 +27,47 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] / "conf" / "spark"))
 
 
+# Each module's time in a clean-clone `make test` (2026-11-29, three workers; setup and teardown included). The
+# workers take whole modules (--dist loadfile) in collection order, so the longest go first: xdist's own order (by
+# number of tests) handed out the one-test live modules of two to three minutes last, while the other workers sat
+# idle (about a minute of tail in a simulation of that run). A module not listed counts a second per test.
+MODULE_SECONDS = {
+    "tests/integration/test_cluster_c.py": 446, "tests/integration/test_sync_progress.py": 285,
+    "tests/dags/test_authenticated_migration.py": 279, "tests/integration/test_copy_chunked_engine.py": 277,
+    "tests/integration/test_tls.py": 234, "tests/integration/test_switch_live.py": 204,
+    "tests/integration/test_sync_metadata.py": 199, "tests/integration/test_two_brokers.py": 179,
+    "tests/integration/test_airflow_ui.py": 179, "tests/integration/test_copy_engine.py": 173,
+    "tests/integration/test_replicate_topics.py": 165, "tests/integration/test_rollback_live.py": 123,
+    "tests/integration/test_source_ttl.py": 122, "tests/dags/test_backfill_dag.py": 101,
+    "tests/integration/test_progress_chunked.py": 70, "tests/integration/test_replicate_geo.py": 70,
+    "tests/dags/test_spark_standalone_dag.py": 63, "tests/integration/test_copy_rate_cap.py": 60,
+    "tests/integration/test_backfill_window.py": 55, "tests/integration/test_airflow_settings_loader.py": 54,
+    "tests/integration/test_odd_topic_names.py": 53, "tests/integration/test_benchmark_smoke.py": 53,
+    "tests/integration/test_partial_chunk_resume.py": 51, "tests/unit/test_copy_engine.py": 47,
+    "tests/integration/test_replicate_compacted.py": 44, "tests/integration/test_switch_kills.py": 41,
+    "tests/dags/test_smoke_dag.py": 35, "tests/integration/test_lookup_service.py": 30,
+    "tests/integration/test_replicate_many_topics.py": 26, "tests/dags/test_migration_dag.py": 22,
+    "tests/integration/test_engine_heap.py": 17, "tests/unit/test_positions_properties.py": 16,
+    "tests/integration/test_trim_risk.py": 15,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules longest first (MODULE_SECONDS), each module's tests together and in their own order."""
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    tests_in: dict[str, int] = {}
+    for item in items:
+        tests_in[module(item)] = tests_in.get(module(item), 0) + 1
+    items.sort(key=lambda item: (-MODULE_SECONDS.get(module(item), tests_in[module(item)]), module(item)))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[1] SparkSession for the whole test session (starting one costs seconds)."""

@@ -34,6 +34,7 @@ from localdev.pulsar_tls import LocalTls, broker_tls_port
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.stepjob import run_step
+from pulsar_migration.switch import probe as probe_module
 from pulsar_migration.switch import rollback
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
@@ -619,14 +620,17 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
-    probe_again_over_tls(spec, run_dir, cluster_a)
+    probe_again_over_tls(spec, run_dir, cluster_a, live["service"], monkeypatch)
 
 
-def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster) -> None:
+def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster, service: LookupProcess,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A re-run of the rollback finds the route back on the source and probes again through the HTTPS service:
     passes with the spec's TLS entry for the source; with a plain entry (no client certificate for the brokers'
-    TLS ports) it fails in one line naming what to check, exit 1, and the route stays."""
+    TLS ports) it fails in one line naming what to check, exit 1, and the route stays (its client retries the
+    refused handshake until its timeout: 5 s here instead of 30)."""
     args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+    monkeypatch.setattr(probe_module, "PROBE_TIMEOUT_S", 5)
     assert run_step(rollback.STEP, rollback.run, args) == 0
     report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
     assert report["details"]["already_rolled_back"] and report["details"]["probe"]["producer_on_target"], report
@@ -637,3 +641,4 @@ def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster) -> 
     assert run_step(rollback.STEP, rollback.run, ["--spec", str(plain_source), "--run-dir", str(run_dir)]) == 1
     error = json.loads((run_dir / f"{rollback.STEP}.json").read_text())["error"]
     assert error.startswith("probe: a client through the lookup service") and "trust_certs_file" in error, error
+    assert service.api("GET", f"/routes/{json.loads(spec.read_text())['tenant']}").json()["cluster"] == cluster_a.name

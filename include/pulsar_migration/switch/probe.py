@@ -12,6 +12,9 @@ from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 
 PROBE_NAME = "pulsar-migration-probe"
+# The probe's client gives up after this long (the Python client's default); a client refused at the TLS handshake
+# keeps retrying until then.
+PROBE_TIMEOUT_S = 30
 
 
 class ProbeFailed(StepFailed):
@@ -48,8 +51,8 @@ def _probe(spec: MigrationSpec, topic: str, trust: str | None) -> dict[str, Any]
 
     tgt_admin = spec.target_cluster.admin()
     # With the target's credentials: the service forwards the client's own token to the cluster.
-    client = spec.target_cluster.pulsar_client(
-        spec.lookup_url, operation_timeout_seconds=30, **({"tls_trust_certs_file_path": trust} if trust else {}))
+    trusting = {"tls_trust_certs_file_path": trust} if trust else {}
+    client = spec.target_cluster.pulsar_client(spec.lookup_url, operation_timeout_seconds=PROBE_TIMEOUT_S, **trusting)
     try:
         try:
             producer = client.create_producer(topic, producer_name=f"{PROBE_NAME}-{int(time.time())}")
