@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import pulsar
@@ -38,7 +37,7 @@ from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixtur
     live,
     live_spec,
     migrate,
-    stored,
+    roll_back_live,
     switch_with_java_publishing,
     unload_floor,
 )
@@ -86,18 +85,14 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         clients.resume()
 
         # 3. The clients publish and consume on the target, then the rollback, then on the source again.
-        on_target_from = carried_on(clients, "on the target")
-        back_from = time.monotonic()
-        code = run_step(rollback.STEP, rollback.run, args)
-        report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
-        carried_on(clients, "after the rollback")
-        redelivered = clients.duplicates(back_from, time.monotonic())
+        back = roll_back_live(clients, args, run_dir)
         again = run_step(rollback.STEP, rollback.run, args)
     finally:
         if bypass_open:
             bypass.close()
         clients.finish()
-    assert code == 0, report.get("error")
+    assert back.code == 0, back.report.get("error")
+    report = back.report
     assert report["counts"]["reverse_map_rows_seeded"] > 0 and report["details"]["hold_s"] > 0
     assert report["details"]["route_after"] == cluster_a.name
     route = service.api("GET", f"/routes/{tenant}").json()
@@ -106,6 +101,6 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
     rerun = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
     assert rerun["details"]["already_rolled_back"] is True
     log.info("rollback: hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
-             report["details"]["phases_s"], redelivered)
+             report["details"]["phases_s"], back.redelivered)
 
-    judge_back_on_source(clients, cluster_a, on_target_from)
+    judge_back_on_source(clients, cluster_a, back.on_target_from)

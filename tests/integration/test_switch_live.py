@@ -490,6 +490,25 @@ def carried_on(clients: Clients, where: str, timeout_s: float = 60.0) -> dict[st
         time.sleep(0.5)
 
 
+@dataclass
+class RollbackRun:
+    code: int
+    report: dict[str, Any]
+    on_target_from: dict[str, int]  # the producers' marks when every client was seen carrying on at the target
+    redelivered: dict[str, int]  # per subscription, from the rollback's start until the clients carry on again
+
+
+def roll_back_live(clients: Clients, args: list[str], run_dir: Path) -> RollbackRun:
+    """With the clients on the target: waits until they carry on there, runs rollback_lookup, waits until they
+    carry on again (at the source, if it worked)."""
+    on_target_from = carried_on(clients, "on the target")
+    back_from = time.monotonic()
+    code = run_step(rollback.STEP, rollback.run, args)
+    report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
+    carried_on(clients, "after the rollback")
+    return RollbackRun(code, report, on_target_from, clients.duplicates(back_from, time.monotonic()))
+
+
 def judge_back_on_source(clients: Clients, cluster_a: LocalCluster, on_target_from: dict[str, int]) -> None:
     """After a rollback, with the clients finished: the source holds every acknowledged send exactly once, in send
     order per producer and partition (sends made on the target between the switch and the rollback included); no
@@ -603,20 +622,15 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         judge_the_cutover(live, cluster_a, cluster_b, "geo", clients, floor, cutover)
         clients.resume()
 
-        on_target_from = carried_on(clients, "on the target")
-        back_from = time.monotonic()
-        code = run_step(rollback.STEP, rollback.run, args)
-        report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
-        assert code == 0, report.get("error")
-        carried_on(clients, "after the rollback")
-        redelivered = clients.duplicates(back_from, time.monotonic())
+        back = roll_back_live(clients, args, run_dir)
+        assert back.code == 0, back.report.get("error")
         assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
     finally:
         clients.finish()
-    log.info("rollback (geo mode): hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
-             report["details"]["phases_s"], redelivered)
-    assert report["details"]["route_after"] == cluster_a.name
-    judge_back_on_source(clients, cluster_a, on_target_from)
+    log.info("rollback (geo mode): hold %ss, phases %s, redelivered after it %s", back.report["details"]["hold_s"],
+             back.report["details"]["phases_s"], back.redelivered)
+    assert back.report["details"]["route_after"] == cluster_a.name
+    judge_back_on_source(clients, cluster_a, back.on_target_from)
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
