@@ -39,7 +39,7 @@ from pulsar_migration.switch import rollback
 from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
-from tests.conftest import unique
+from tests.conftest import kill_at_fault_point, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
 from tests.integration.replication_helpers import client, create_layout, replicate
 from tests.integration.tenant_builders import write_spec
@@ -603,8 +603,9 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
     the lookup service answers over HTTPS and forwards to the brokers' TLS ports, and the clients' connections are
     checked against the brokers' own view (each producer and consumer on cluster-a's TLS port before, on
     cluster-b's after the switch, on cluster-a's again after the rollback; the Java client never on a plain broker
-    port). Copy mode's cutover and rollback are in test_rollback_live. Before the switch, the same migration judges
-    sync_progress in geo mode on quiet topics (judge_geo_progress)."""
+    port). The first rollback run is SIGKILLed after its catch-up; the next one finishes it. Copy mode's cutover
+    and rollback are in test_rollback_live. Before the switch, the same migration judges sync_progress in geo mode
+    on quiet topics (judge_geo_progress)."""
     live = live_over_tls
     ack_patterned_topics(live["admin_a"], cluster_a, live["tenant"])
     clients = Clients(live["service"].url, live["tenant"], live["tls"])
@@ -622,6 +623,11 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         judge_the_cutover(live, cluster_a, cluster_b, "geo", clients, floor, cutover)
         clients.resume()
 
+        # A rollback SIGKILLed after its catch-up (the target now replicating back, the reverse map begun; no hold
+        # yet): the clients go on at the target, and the next run finishes the job.
+        kill_at_fault_point(rollback.STEP, spec, run_dir, "switch.after_catch_up", 1, live["tmp"] / "marks")
+        route = live["service"].api("GET", f"/routes/{live['tenant']}").json()
+        assert (route["cluster"], route["held"]) == (cluster_b.name, False), route
         back = roll_back_live(clients, args, run_dir)
         assert back.code == 0, back.report.get("error")
         assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
