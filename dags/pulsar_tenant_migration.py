@@ -40,8 +40,8 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    path, and it fails when the migration did. The **Pulsar migrations** view and the run's report tab
    show the same report.
 
-**Switching back** after the flip: trigger `pulsar_tenant_rollback` with this run's id (copy mode; the clients
-return to the source with what they published on the target).
+**Switching back** after the flip: trigger `pulsar_tenant_rollback` with this run's id (copy or geo mode; the
+clients return to the source with what they published on the target).
 
 **Retries are safe** because every step is idempotent: the Spark tasks retry twice (20 s apart), so a
 broker restart or a lost executor costs a retry, not a migration. A step that refuses its input (exit
