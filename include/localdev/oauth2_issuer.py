@@ -43,7 +43,11 @@ def hs256_token(key: bytes, subject: str, lifetime_s: float) -> str:
 
 def caller_group(client_port: int, server_port: int) -> int:
     """The process group of the local process whose socket at `client_port` talks to `server_port` (-1 unknown)."""
-    for conn in psutil.net_connections(kind="tcp"):
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.Error:  # not allowed to see other processes' sockets here: unknown, the token still issued
+        return -1
+    for conn in connections:
         if conn.laddr and conn.laddr.port == client_port and conn.raddr and conn.raddr.port == server_port and conn.pid:
             with contextlib.suppress(ProcessLookupError):
                 return os.getpgid(conn.pid)

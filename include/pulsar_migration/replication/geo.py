@@ -123,7 +123,9 @@ def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
             clusters = list(src_admin.get(path) or [])
             # Cursors first: a replicator started by the policy change before its cursor exists would begin
             # at the latest entry and skip the backlog for good.
-            created = [t for t in pool.map(lambda j: _ensure_cursor(src_admin, j.topic, cursor), ns_jobs) if t]
+            created = [t for t in pool.map(lambda j: _ensure_cursor(src_admin, j.topic, cursor,
+                                                                    j.map_end[1] if j.map_end else None), ns_jobs)
+                       if t]
             done["cursors_created"].extend(created)
             if spec.target not in clusters:
                 union = [*clusters, spec.target]
@@ -192,14 +194,18 @@ def _check_allowed(spec: MigrationSpec, admin: PulsarAdmin, namespaces: list[str
                            f"{spec.target} to its allowed clusters first")
 
 
-def _ensure_cursor(admin: PulsarAdmin, topic: str, cursor: str) -> str | None:
-    """Creates the replicator cursor at the earliest entry when absent; returns the topic if it did. Checked
-    in internalStats: a cursor the replicator owns is not listed among the topic's subscriptions."""
+def _ensure_cursor(admin: PulsarAdmin, topic: str, cursor: str, start: Position | None = None) -> str | None:
+    """Creates the replicator cursor when absent, at `start` (the source side of the map's last row: everything up
+    to it is on the target already) or else at the earliest entry; returns the topic if it did. Checked in
+    internalStats: a cursor the replicator owns is not listed among the topic's subscriptions. A geo-mode rollback
+    starts at its seeded map's end: before it the topic holds only what was replicated into it, which a replicator
+    would read through just to skip."""
     path = admin.topic_path(topic)
     if cursor in (admin.get(f"{path}/internalStats").get("cursors") or {}):
         return None
-    admin.put(f"{path}/subscription/{seg(cursor)}", {"ledgerId": -1, "entryId": -1})
-    log.info("replicator cursor %s created at the earliest entry of %s", cursor, topic)
+    at = {"ledgerId": start.ledger, "entryId": start.entry} if start else {"ledgerId": -1, "entryId": -1}
+    admin.put(f"{path}/subscription/{seg(cursor)}", at)
+    log.info("replicator cursor %s created at %s of %s", cursor, start or "the earliest entry", topic)
     return topic
 
 
