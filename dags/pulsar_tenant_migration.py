@@ -41,7 +41,9 @@ from the UI form (or the REST API / CLI with the same keys as `conf`).
    show the same report.
 
 **Switching back** after the flip: trigger `pulsar_tenant_rollback` with this run's id (copy or geo mode; the
-clients return to the source with what they published on the target).
+clients return to the source with what they published on the target). **Migrating again** after that: trigger
+this DAG with *Continue from run* set to the rolled-back run's id (the target keeps everything; the new run
+continues from the old run's position maps).
 
 **Retries are safe** because every step is idempotent: the Spark tasks retry twice (20 s apart), so a
 broker restart or a lost executor costs a retry, not a migration. A step that refuses its input (exit
@@ -106,6 +108,12 @@ with DAG(
                                description="With Confirm cleanup: also delete the tenant itself on the source once "
                                            "nothing of it is left there."),
         **dag_params.dry_run_param(),
+        "follows_run_id": Param(None, type=["null", "string"], minLength=1, title="Continue from run",
+                                section="Behaviour",
+                                description="After a rollback: the run id of the rolled-back migration run of this "
+                                            "tenant. Its position maps seed this run's, so the copy continues where "
+                                            "it left off and what clients published on the target between the "
+                                            "flips is known. Empty: start afresh."),
         "proceed_on_conflict": Param(False, type="boolean", title="Proceed on conflict", section="Behaviour",
                                      description="Go on when the target holds a resource that cannot take the "
                                                  "source's shape (more partitions, partitioned vs non-partitioned, "

@@ -60,7 +60,7 @@ PARAM_TO_SPEC: dict[str, tuple[str, ...]] = {
     "copy_max_msgs_per_s": ("options", "copy_max_msgs_per_s"),
 }
 # Spec options holding locations: a relative local one is taken under the project root, like the run dir base.
-PATH_OPTIONS = ("archive_path", "backfill_state_dir")
+PATH_OPTIONS = ("archive_path", "backfill_state_dir", "follows_run_dir")
 CONFLICTS_IN_SUMMARY = 20
 
 
@@ -303,6 +303,27 @@ def run_dir_spark(uri: str) -> Iterator[SparkSession | None]:
 # -- the rollback DAG: an earlier migration run's spec and run dir -----------------------------------------
 
 MIGRATION_DAG_ID = "pulsar_tenant_migration"
+
+
+def following(document: Mapping[str, Any], base: str, run_id: str, root: str | Path | None = None,
+              spark: SparkSession | None = None) -> dict[str, Any]:
+    """The spec document continuing the migration run `run_id` (options.follows_run_dir, checked by
+    replicate_topics); ValueError (one line) when that run has no spec, or migrated another tenant or pair."""
+    directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
+    if not rundir.is_local(directory):
+        raise ValueError(f"Continue from run: only a run in a local run dir can be continued, not {directory}")
+    try:
+        earlier = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
+    except (FileNotFoundError, OSError):
+        raise ValueError(f"Continue from run: no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at "
+                         f"{directory}") from None
+    ours = tuple(document[k] for k in ("tenant", "source", "target"))
+    theirs = tuple(earlier.get(k) for k in ("tenant", "source", "target"))
+    if ours != theirs:
+        raise ValueError(f"Continue from run: run {run_id} migrated tenant {theirs[0]} from {theirs[1]} to "
+                         f"{theirs[2]}, not tenant {ours[0]} from {ours[1]} to {ours[2]}")
+    options = {**document.get("options", {}), "follows_run_dir": directory}
+    return MigrationSpec.from_dict({**document, "options": options}).to_dict()
 
 
 def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str | Path | None = None,

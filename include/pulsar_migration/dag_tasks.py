@@ -39,6 +39,7 @@ STEP_RETRY_DELAY = timedelta(seconds=20)
 BAD_INPUT_EXIT = 2  # stepjob.BAD_INPUT_EXIT; not imported: that module pulls in the Spark-side library
 _EXIT_CODE = re.compile(r"Error code is: (\d+)")
 LOOKUP_PARAM = "lookup_conn"  # optional: without it, switch_lookup fails with one line (no route to switch)
+FOLLOWS_PARAM = "follows_run_id"  # optional: the rolled-back migration run this one continues
 
 
 def connection_ids(params: Any) -> list[str]:
@@ -60,14 +61,16 @@ def render_spec_task(project_root: str | Path) -> XComArg:
         names only, never tokens), validates it and writes it to RUN_DIR/spec.json."""
         ctx = get_current_context()
         params = ctx["params"]
+        base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
         try:
             conns = [PulsarHook(params[p]).connection() for p in CONN_PARAMS]
             lookup = BaseHook.get_connection(params[LOOKUP_PARAM]) if params.get(LOOKUP_PARAM) else None
             document = dag_support.spec_document(params, *conns, lookup_conn=lookup, root=project_root)
+            if params.get(FOLLOWS_PARAM):
+                document = dag_support.following(document, base, params[FOLLOWS_PARAM], root=project_root)
         except (ValueError, AirflowNotFoundException) as exc:
             # Bad input does not get better on retry: fail now, with the one line as the reason.
             raise AirflowFailException(str(exc)) from None
-        base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
         run_dir = dag_support.run_dir(base, ctx["dag"].dag_id, ctx["run_id"], root=project_root)
         spec_path = dag_support.write_spec(run_dir, document)
         log.info("spec: tenant %s, %s -> %s, namespaces %s, topics %s, options %s; written to %s",

@@ -305,6 +305,18 @@ SPEC_JSON_SCHEMA: dict[str, Any] = {
                     "description": "Root of the Parquet archive (path or URI Spark can write, e.g. s3a://...), "
                                    "written by backfill_window (sink parquet) and read by restore_window.",
                 },
+                "follows_run_dir": {
+                    "title": "Continue from run dir",
+                    "type": ["string", "null"],
+                    "default": None,
+                    "description": "replicate_topics: the run dir of an earlier migration of this tenant between "
+                                   "the same clusters that was rolled back (or stopped before its switch). Its "
+                                   "position map, and its rollback's with sides swapped, seed this run's once, so "
+                                   "the copy continues after what the target holds and progress sync translates "
+                                   "every position, those of messages published on the target between the flips "
+                                   "included. Needed after a rollback: the target then holds messages that carry "
+                                   "no source position.",
+                },
                 "backfill_state_dir": {
                     "title": "Backfill state dir",
                     "type": ["string", "null"],
@@ -575,6 +587,10 @@ class MigrationSpec:
     @property
     def archive_path(self) -> str | None:
         return self.options.get("archive_path")
+
+    @property
+    def follows_run_dir(self) -> str | None:
+        return self.options.get("follows_run_dir")
 
     @property
     def geo_timeout_s(self) -> int:

@@ -24,6 +24,7 @@ GOOD: dict[str, Any] = {
     "namespaces": ["orders", "billing"], "topics_include": ["^orders/", "billing/.*"],
     "topics_exclude": ["-dlq$"], "dry_run": True, "proceed_on_conflict": False, "replication_mode": "geo",
     "lookup_conn": "lookup_eu", "confirm_cleanup": True, "delete_tenant": True,
+    "follows_run_id": "manual__2026-11-23T08:00:00+00:00",
 }
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "missing tenant": ({k: v for k, v in GOOD.items() if k != "tenant"}, "tenant"),
@@ -41,6 +42,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "rate limit of 0": ({**GOOD, "copy_max_mb_per_s": 0}, "copy_max_mb_per_s"),
     "rate limit as text": ({**GOOD, "copy_max_mb_per_s": "50"}, "copy_max_mb_per_s"),
     "message rate limit below 0": ({**GOOD, "copy_max_msgs_per_s": -5}, "copy_max_msgs_per_s"),
+    "empty run to continue": ({**GOOD, "follows_run_id": ""}, "follows_run_id"),
 }
 
 
@@ -73,7 +75,7 @@ def test_good_input_is_accepted_and_defaults_fill_the_rest(dag: DAG, validate: A
         "source_conn": "pulsar_cluster_a", "target_conn": "pulsar_cluster_b", "tenant": "acme", "namespaces": None,
         "topics_include": [".*"], "topics_exclude": [], "dry_run": False, "proceed_on_conflict": False,
         "replication_mode": "copy", "lookup_conn": "pulsar_lookup", "confirm_cleanup": False, "delete_tenant": False,
-        "copy_max_mb_per_s": None, "copy_max_msgs_per_s": None,
+        "copy_max_mb_per_s": None, "copy_max_msgs_per_s": None, "follows_run_id": None,
     }
     capped = {**GOOD, "replication_mode": "copy", "copy_max_mb_per_s": 12.5, "copy_max_msgs_per_s": 5000}
     assert validate(dag, capped) == capped

@@ -169,7 +169,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
     assert set(declared) == {"proceed_on_conflict", "admin_concurrency", "copy_max_in_flight",
                              "delayed_delivery_horizon_s", "copy_engine", "geo_timeout_s", "backfill_sink",
                              "archive_path", "backfill_state_dir", "copy_max_mb_per_s", "copy_max_msgs_per_s",
-                             "progress_interval_s", "trust_source_entry_filters"}
+                             "progress_interval_s", "trust_source_entry_filters", "follows_run_dir"}
     for name, option in declared.items():
         assert option["type"] and option["title"] and option["description"] and "default" in option, name
     spec_dict["options"] = {}
@@ -178,7 +178,7 @@ def test_known_options_and_their_defaults(spec_dict: dict[str, Any]) -> None:
                                                                  declared["admin_concurrency"]["default"])
     assert spec.admin_concurrency == 8
     assert (spec.backfill_sink, spec.archive_path, spec.copy_max_bytes_per_s) == ("pulsar", None, None)
-    assert spec.trust_source_entry_filters is False
+    assert spec.trust_source_entry_filters is False and spec.follows_run_dir is None
     for value in (1, 16, 64):
         spec_dict["options"] = {"proceed_on_conflict": True, "admin_concurrency": value}
         spec = MigrationSpec.from_dict(spec_dict)

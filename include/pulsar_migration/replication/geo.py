@@ -33,6 +33,7 @@ from pulsar_migration.positions import MessageIdInfo, Position, PositionError
 from pulsar_migration.replication import source_ttl
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
 from pulsar_migration.replication.partition import (
+    AFTER_ROLLBACK,
     PartitionJob,
     PartitionOutcome,
     PartitionTask,
@@ -528,7 +529,7 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
                 errors.append(_mispaired(t.position, t.source_property, s.position))
         elif not t.info.batched:
             errors.append(f"target entry {t.position} was not replicated (no {GEO_SOURCE_PROPERTY}), paired "
-                          f"with source entry {s.position}")
+                          f"with source entry {s.position}{AFTER_ROLLBACK}")
         else:
             batched.append(i)
         rows.append(MapRow(

@@ -235,7 +235,12 @@ def hash_message(content: ContentHash, message: Any, info: MessageIdInfo, topic:
 
 def untagged(topic: str, entry: Position, what: str) -> ReadError:
     return ReadError(f"{topic} on the target holds messages that were not copied from the source "
-                     f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property)")
+                     f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property){AFTER_ROLLBACK}")
+
+
+# What to do about target messages no copy made, the likely reason for them named.
+AFTER_ROLLBACK = ("; published there between a switch and its rollback? continue from the rolled-back run "
+                  "(options.follows_run_dir, the form's 'Continue from run')")
 
 
 @dataclass

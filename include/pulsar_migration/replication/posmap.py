@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,11 @@ def read_local(run_dir: str, topics: Iterable[str] | None = None) -> Any | None:
 
 def ends_local(run_dir: str) -> dict[str, MapEnd]:
     """collect_ends without Spark: per topic, the last mapped entry on both sides."""
-    frame = read_local(run_dir)
+    return ends_of(read_local(run_dir))
+
+
+def ends_of(frame: Any | None) -> dict[str, MapEnd]:
+    """Per topic, the last mapped entry on both sides of map rows read by read_local (None: no map)."""
     if frame is None or frame.empty:
         return {}
     by_topic = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic")
@@ -224,6 +228,24 @@ def ends_local(run_dir: str) -> dict[str, MapEnd]:
     return {row.topic: MapEnd(Position(int(row.target_ledger), int(row.target_entry)),
                               Position(int(row.source_ledger), int(row.source_entry)), int(first[row.topic]))
             for row in last.itertuples(index=False)}
+
+
+SWAPPED_COLUMNS = ("ledger", "entry", "messages", "batched", "first_chunk")
+
+
+def swap_sides(frame: Any) -> Any:
+    """Map rows read by read_local with source and target exchanged: the map of the same entries for a copy
+    the other way (a rollback's, or a migration after it)."""
+    renames = {}
+    for column in SWAPPED_COLUMNS:
+        renames[f"source_{column}"], renames[f"target_{column}"] = f"target_{column}", f"source_{column}"
+    return frame.rename(columns=renames)
+
+
+def rows_of(frame: Any) -> list[MapRow]:
+    """MapRows of map rows read by read_local."""
+    names = [f.name for f in fields(MapRow)]
+    return [MapRow(**{name: getattr(r, name) for name in names}) for r in frame.itertuples(index=False)]
 
 
 # -- compaction (a local run dir) --------------------------------------------------------------------------

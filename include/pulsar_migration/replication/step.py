@@ -20,7 +20,7 @@ from pulsar_migration import faults, rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position, ledger_sizes
-from pulsar_migration.replication import entry_filters, posmap, source_ttl, trim_risk
+from pulsar_migration.replication import entry_filters, follows, posmap, source_ttl, trim_risk
 from pulsar_migration.replication.engine import EngineProcess
 from pulsar_migration.replication.partition import (
     ENGINE_DONE,
@@ -94,7 +94,11 @@ def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Lite
     src_admin, tgt_admin = spec.source_cluster.admin(), spec.target_cluster.admin()
     try:
         started = time.monotonic()
-        if in_driver:
+        seeded = follows.seed(spec, ctx.run_dir, report.details, dry_run=ctx.dry_run) \
+            if snapshot is None and bound is None else None
+        if seeded is not None:  # a dry run continuing an earlier run: the map it would seed
+            ends = posmap.ends_of(seeded)
+        elif in_driver:
             ends = posmap.ends_local(ctx.run_dir)
         else:
             ends = posmap.collect_ends(ctx.spark, ctx.run_dir)

@@ -44,12 +44,13 @@ log = logging.getLogger(__name__)
 
 STEP = "rollback_lookup"
 ROLLBACK_DIR = "rollback"
-SWAPPED = ("ledger", "entry", "messages", "batched", "first_chunk")
 
 
 def reverse_spec(spec: MigrationSpec) -> MigrationSpec:
-    """The same tenant, selection and replication mode from the target back to the source."""
-    return dataclasses.replace(spec, source=spec.target, target=spec.source)
+    """The same tenant, selection and replication mode from the target back to the source (its map is seeded
+    from the migration's, never from an earlier run's)."""
+    options = {k: v for k, v in spec.options.items() if k != "follows_run_dir"}
+    return dataclasses.replace(spec, source=spec.target, target=spec.source, options=options)
 
 
 def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
@@ -60,13 +61,7 @@ def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
     forward = posmap.read_local(run_dir)
     if forward is None or forward.empty:
         raise BadInput(f"no position map in {run_dir}: there is nothing switch_lookup moved to roll back")
-    renames = {}
-    for column in SWAPPED:
-        renames[f"source_{column}"], renames[f"target_{column}"] = f"target_{column}", f"source_{column}"
-    swapped = forward.rename(columns=renames)
-    rows = [posmap.MapRow(**{f.name: getattr(r, f.name) for f in dataclasses.fields(posmap.MapRow)})
-            for r in swapped.itertuples(index=False)]
-    return posmap.append_local(reverse_dir, rows)
+    return posmap.append_local(reverse_dir, posmap.rows_of(posmap.swap_sides(forward)))
 
 
 def run(ctx: StepContext) -> None:

@@ -1,0 +1,103 @@
+"""A migration run that continues an earlier one of the same tenant (spec option `follows_run_dir`).
+
+After a rollback the target keeps everything: the source's messages copied before the first flip, and what
+clients published on the target between the flips (they went back to the source by the reverse copy or Pulsar's
+replication). A new run cannot work that out from the clusters alone: the target's own messages carry no source
+position (in copy mode the resume point then fails with "holds messages that were not copied"; in geo mode the
+verification pairs the two sides' entries in the wrong order). The earlier run's maps say it exactly: its
+position map (source -> target) and its rollback's (target -> source, the messages published on the target
+included) with sides swapped. Their union seeds this run's map once, in one file renamed into place (a kill
+leaves all of it or none); from its end on, the run copies (or pairs) what the source got since the rollback,
+and sync_progress translates every position through it.
+
+The earlier run must not have left the clients on the target: a run that switched and was not rolled back is
+refused, as are run dirs of another tenant or cluster pair.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pandas as pd
+
+from pulsar_migration import rundir
+from pulsar_migration.replication import posmap
+from pulsar_migration.report import StepReport
+from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.stepjob import BadInput
+
+log = logging.getLogger(__name__)
+
+REPLICATE_STEP = "replicate_topics"
+# Named here, not imported: the switch imports replication (its catch-up and final delta are replicate runs).
+SWITCH_STEP = "switch_lookup"
+ROLLBACK_STEP = "rollback_lookup"
+ROLLBACK_DIR = "rollback"
+
+
+def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
+    """The earlier run's map rows for this run (read_local's frame: its map, its rollback's swapped); BadInput
+    (one line) when that run dir is not one this run may continue."""
+    where = f"options.follows_run_dir {earlier}"
+    try:
+        replicated = StepReport.read(earlier, REPLICATE_STEP)
+    except (FileNotFoundError, OSError):
+        raise BadInput(f"{where} has no {REPLICATE_STEP} report: not the run dir of a migration") from None
+    ours = (spec.tenant, spec.source, spec.target)
+    theirs = (replicated.tenant, replicated.source, replicated.target)
+    if theirs != ours:
+        raise BadInput(f"{where} migrated tenant {theirs[0]} from {theirs[1]} to {theirs[2]}, not tenant "
+                       f"{ours[0]} from {ours[1]} to {ours[2]}")
+    if spec.replication_mode != replicated.details.get("mode", spec.replication_mode):
+        raise BadInput(f"{where} replicated in {replicated.details['mode']} mode, this run in "
+                       f"{spec.replication_mode} mode: continue it in the same mode")
+    switched = _report(earlier, SWITCH_STEP)
+    if switched is not None and switched.verdict == "ok" and not switched.dry_run:
+        back = _report(earlier, ROLLBACK_STEP)
+        if back is None or back.verdict != "ok" or back.dry_run:
+            raise BadInput(f"{where} switched the tenant's clients to {spec.target} and was not rolled back "
+                           f"({ROLLBACK_STEP} {back.verdict if back else 'never ran'}): there is nothing to migrate "
+                           "again; roll it back first")
+    forward = posmap.read_local(earlier)
+    if forward is None or forward.empty:
+        raise BadInput(f"{where} holds no position map: there is nothing to continue (start afresh)")
+    frames = [forward]
+    reverse = posmap.read_local(rundir.join(earlier, ROLLBACK_DIR))
+    if reverse is not None and not reverse.empty:
+        frames.append(posmap.swap_sides(reverse))
+    return pd.concat(frames, ignore_index=True).drop_duplicates(list(posmap.KEY_COLUMNS))
+
+
+def _report(run_dir: str, step: str) -> StepReport | None:
+    try:
+        return StepReport.read(run_dir, step)
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run: bool) -> Any | None:
+    """Seeds this run's map from the earlier run's when it has none yet. Returns the rows for a dry run (which
+    writes nothing: its plan reads them instead of the map), else None. Records what it did in `details`."""
+    earlier = spec.follows_run_dir
+    if not earlier:
+        return None
+    details["follows_run_dir"] = earlier
+    if not rundir.is_local(earlier):
+        raise BadInput(f"options.follows_run_dir {earlier}: only a local run dir can be continued (a rollback "
+                       "needs one too)")
+    if not rundir.is_local(run_dir):
+        raise BadInput(f"options.follows_run_dir needs a local run dir for this run too: {run_dir}")
+    if os.path.realpath(rundir.local_path(earlier)) == os.path.realpath(rundir.local_path(run_dir)):
+        raise BadInput(f"options.follows_run_dir names this run's own dir {run_dir}: name the earlier run's")
+    if posmap.part_files(run_dir):
+        details["map_rows_seeded"] = 0  # seeded by an earlier attempt of this run (or mapped since)
+        return None
+    rows = earlier_rows(spec, earlier)
+    details["map_rows_seeded"] = len(rows)
+    if dry_run:
+        return rows
+    posmap.append_local(run_dir, posmap.rows_of(rows))
+    log.info("position map seeded with %d rows from %s (its map and its rollback's)", len(rows), earlier)
+    return None
