@@ -8,16 +8,21 @@ serving all of it:
 2. once the bypass is gone the switch succeeds while the Java producer publishes across it, judged as
    test_switch_live judges its geo-mode cutover (the clients settled for it, then going on);
 3. the clients publish and consume on the target, and rollback_lookup switches them back; a re-run of the
-   rollback changes nothing.
-
-At the end the source must hold every acknowledged send of the whole run exactly once in send order per
-partition (what was published on the target came back by the reverse copy) and every subscription must have
-received everything."""
+   rollback changes nothing. The source must then hold every acknowledged send so far exactly once in send order
+   per partition (what was published on the target came back by the reverse copy) and every subscription must
+   have received everything;
+4. the tenant is migrated again while the clients go on at the source: a run in a new run dir that does not
+   continue the rolled-back one fails in one line naming the way out; one that does (options.follows_run_dir)
+   copies only what the source got since the rollback, and a switch moves the clients to the target again. The
+   target must then hold every acknowledged send of the whole test exactly once in send order (nothing published
+   on the target between the flips copied back to it a second time), the Java producer's cycle once, and every
+   subscription must have received everything."""
 
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -29,15 +34,20 @@ from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
 from tests.integration.lookup_helpers import LookupProcess
+from tests.integration.replication_helpers import replicate, replicate_report
 from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixture)
+    JAVA_CYCLE,
+    JAVA_REPEAT,
     Clients,
     carried_on,
+    judge_all_stored_on,
     judge_back_on_source,
     judge_the_cutover,
     live,
     live_spec,
     migrate,
     roll_back_live,
+    stored,
     switch_with_java_publishing,
     unload_floor,
 )
@@ -87,20 +97,56 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         # 3. The clients publish and consume on the target, then the rollback, then on the source again.
         back = roll_back_live(clients, args, run_dir)
         again = run_step(rollback.STEP, rollback.run, args)
+        assert back.code == 0, back.report.get("error")
+        report = back.report
+        assert report["counts"]["reverse_map_rows_seeded"] > 0 and report["details"]["hold_s"] > 0
+        assert report["details"]["route_after"] == cluster_a.name
+        route = service.api("GET", f"/routes/{tenant}").json()
+        assert route["cluster"] == cluster_a.name and route["held"] is False
+        assert again == 0
+        rerun = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
+        assert rerun["details"]["already_rolled_back"] is True
+        log.info("rollback: hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
+                 report["details"]["phases_s"], back.redelivered)
+        clients.settle()
+        judge_back_on_source(clients, cluster_a, back.on_target_from)
+        clients.resume()
+
+        # 4. Migrating again, the clients going on at the source.
+        again_from = migrate_again(live, spec, run_dir, clients)
+        carried_on(clients, "on the target after the second switch")
     finally:
         if bypass_open:
             bypass.close()
         clients.finish()
-    assert back.code == 0, back.report.get("error")
-    report = back.report
-    assert report["counts"]["reverse_map_rows_seeded"] > 0 and report["details"]["hold_s"] > 0
-    assert report["details"]["route_after"] == cluster_a.name
-    route = service.api("GET", f"/routes/{tenant}").json()
-    assert route["cluster"] == cluster_a.name and route["held"] is False
-    assert again == 0
-    rerun = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
-    assert rerun["details"]["already_rolled_back"] is True
-    log.info("rollback: hold %ss, phases %s, redelivered after it %s", report["details"]["hold_s"],
-             report["details"]["phases_s"], back.redelivered)
+    for p in clients.producers:  # they published on the source after the rollback, and on the target again
+        assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
+    judge_all_stored_on(clients, cluster_b)
+    assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
 
-    judge_back_on_source(clients, cluster_a, back.on_target_from)
+
+def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients) -> dict[str, int]:  # noqa: F811
+    """After the rollback: a new run that does not continue the old one fails in one line; one that does migrates
+    what the source got since, and switches the clients (returns the producers' marks from before the switch)."""
+    cluster_b = live["admin_b"].name
+    fresh = live["tmp"] / "run-fresh"
+    assert replicate(spec, fresh) == 1
+    refused = replicate_report(fresh)
+    assert "continue from the rolled-back run (options.follows_run_dir" in refused["error"], refused["error"]
+
+    doc = json.loads(spec.read_text())
+    doc["options"]["follows_run_dir"] = str(run_dir)
+    second_spec, second = live["tmp"] / "spec-again.json", live["tmp"] / "run-again"
+    second_spec.write_text(json.dumps(doc))
+    marks = carried_on(clients, "at the source before the second migration")
+    migrate(second_spec, second)
+    copied = replicate_report(second)
+    log.info("second migration: seeded %s map rows, copied %s messages, %s", copied["details"]["map_rows_seeded"],
+             copied["counts"].get("copied_messages"), copied["details"].get("phases_s"))
+    assert copied["details"]["follows_run_dir"] == str(run_dir) and copied["details"]["map_rows_seeded"] > 0
+    switched = run_step(STEP, run, ["--spec", str(second_spec), "--run-dir", str(second)])
+    report = json.loads((second / f"{STEP}.json").read_text())
+    assert switched == 0, report.get("error")
+    assert report["details"]["route_after"] == cluster_b
+    log.info("second switch: hold %ss, phases %s", report["details"]["hold_s"], report["details"]["phases_s"])
+    return marks

@@ -510,18 +510,25 @@ def roll_back_live(clients: Clients, args: list[str], run_dir: Path) -> Rollback
 
 
 def judge_back_on_source(clients: Clients, cluster_a: LocalCluster, on_target_from: dict[str, int]) -> None:
-    """After a rollback, with the clients finished: the source holds every acknowledged send exactly once, in send
-    order per producer and partition (sends made on the target between the switch and the rollback included); no
-    send failed; every subscription received every message."""
+    """After a rollback, with the clients finished or settled: the source holds every acknowledged send exactly
+    once, in send order per producer and partition (sends made on the target between the switch and the rollback
+    included); no send failed; every subscription received every message."""
     for p in clients.producers:
-        assert p.failed == [], p.failed[:5]
         # messages were published on the target between the switch and the rollback, and after it on the source
         assert on_target_from[p.name] < max(p.sent)
+    judge_all_stored_on(clients, cluster_a)
+
+
+def judge_all_stored_on(clients: Clients, cluster: LocalCluster) -> None:
+    """With the clients finished or settled: `cluster` holds every acknowledged send exactly once, in send order
+    per producer and partition; no send failed; every subscription received every message."""
+    for p in clients.producers:
+        assert p.failed == [], p.failed[:5]
         partitions = 2 if p.topic.endswith("orders") else 0
         mine = [[int(x.split(":")[1]) for x in part if x.startswith(p.name + ":")]
-                for part in stored(cluster_a, p.topic, partitions)]
+                for part in stored(cluster, p.topic, partitions)]
         counts = Counter(n for part in mine for n in part)
-        assert sorted(counts) == sorted(p.sent), f"{p.name}: the source's set differs from the acknowledged sends"
+        assert sorted(counts) == sorted(p.sent), f"{p.name}: {cluster.name}'s set differs from the acknowledged sends"
         assert max(counts.values()) == 1, f"{p.name}: stored twice: {[n for n, k in counts.items() if k > 1][:5]}"
         for part in mine:
             assert part == sorted(part), f"{p.name}: order broken in storage"
