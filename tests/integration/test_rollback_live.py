@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -34,7 +33,6 @@ from pulsar_migration.switch.step import STEP, run
 from pyspark.sql import SparkSession
 
 from tests.integration.lookup_helpers import LookupProcess
-from tests.integration.replication_helpers import replicate, replicate_report
 from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixture)
     JAVA_CYCLE,
     JAVA_REPEAT,
@@ -46,6 +44,7 @@ from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixtur
     live,
     live_spec,
     migrate,
+    migrate_again,
     roll_back_live,
     stored,
     switch_with_java_publishing,
@@ -113,7 +112,7 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         clients.resume()
 
         # 4. Migrating again, the clients going on at the source.
-        again_from = migrate_again(live, spec, run_dir, clients)
+        again_from = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
     finally:
         if bypass_open:
@@ -124,29 +123,3 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
     judge_all_stored_on(clients, cluster_b)
     assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
 
-
-def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients) -> dict[str, int]:  # noqa: F811
-    """After the rollback: a new run that does not continue the old one fails in one line; one that does migrates
-    what the source got since, and switches the clients (returns the producers' marks from before the switch)."""
-    cluster_b = live["admin_b"].name
-    fresh = live["tmp"] / "run-fresh"
-    assert replicate(spec, fresh) == 1
-    refused = replicate_report(fresh)
-    assert "continue from the rolled-back run (options.follows_run_dir" in refused["error"], refused["error"]
-
-    doc = json.loads(spec.read_text())
-    doc["options"]["follows_run_dir"] = str(run_dir)
-    second_spec, second = live["tmp"] / "spec-again.json", live["tmp"] / "run-again"
-    second_spec.write_text(json.dumps(doc))
-    marks = carried_on(clients, "at the source before the second migration")
-    migrate(second_spec, second)
-    copied = replicate_report(second)
-    log.info("second migration: seeded %s map rows, copied %s messages, %s", copied["details"]["map_rows_seeded"],
-             copied["counts"].get("copied_messages"), copied["details"].get("phases_s"))
-    assert copied["details"]["follows_run_dir"] == str(run_dir) and copied["details"]["map_rows_seeded"] > 0
-    switched = run_step(STEP, run, ["--spec", str(second_spec), "--run-dir", str(second)])
-    report = json.loads((second / f"{STEP}.json").read_text())
-    assert switched == 0, report.get("error")
-    assert report["details"]["route_after"] == cluster_b
-    log.info("second switch: hold %ss, phases %s", report["details"]["hold_s"], report["details"]["phases_s"])
-    return marks

@@ -41,7 +41,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import kill_at_fault_point, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
-from tests.integration.replication_helpers import client, create_layout, replicate
+from tests.integration.replication_helpers import client, create_layout, replicate, replicate_report
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_geo import teardown
 from tests.integration.test_sync_progress import SUBSCRIPTIONS as ACK_PATTERNS
@@ -537,6 +537,38 @@ def judge_all_stored_on(clients: Clients, cluster: LocalCluster) -> None:
         assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription
 
 
+def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients, *,
+                  fresh_fails: bool) -> dict[str, int]:
+    """After the rollback, the clients on the source: a new run that continues the rolled-back one migrates what
+    the source got since, and switches the clients (returns the producers' marks from before the switch).
+    `fresh_fails`: first, a new run that does not continue it fails in one line naming the way out."""
+    cluster_b = live["admin_b"].name
+    if fresh_fails:
+        fresh = live["tmp"] / "run-fresh"
+        assert replicate(spec, fresh) == 1
+        refused = replicate_report(fresh)
+        way_out = "continue from the rolled-back run (options.follows_run_dir"
+        errors = [refused["error"], *(row.get("error") or "" for row in refused["details"].get("partitions", []))]
+        assert any(way_out in error for error in errors), errors
+
+    doc = json.loads(spec.read_text())
+    doc["options"]["follows_run_dir"] = str(run_dir)
+    second_spec, second = live["tmp"] / "spec-again.json", live["tmp"] / "run-again"
+    second_spec.write_text(json.dumps(doc))
+    marks = carried_on(clients, "at the source before the second migration")
+    migrate(second_spec, second)
+    copied = replicate_report(second)
+    log.info("second migration: seeded %s map rows, %s messages replicated", copied["details"]["map_rows_seeded"],
+             copied["counts"].get("copied_messages"))
+    assert copied["details"]["follows_run_dir"] == str(run_dir) and copied["details"]["map_rows_seeded"] > 0
+    switched = run_step(STEP, run, ["--spec", str(second_spec), "--run-dir", str(second)])
+    report = json.loads((second / f"{STEP}.json").read_text())
+    assert switched == 0, report.get("error")
+    assert report["details"]["route_after"] == cluster_b
+    log.info("second switch: hold %ss, phases %s", report["details"]["hold_s"], report["details"]["phases_s"])
+    return marks
+
+
 # Topics no live client touches, acked in test_sync_progress's patterns before the geo-mode migration, which
 # thereby also judges sync_progress over the map native geo-replication's `__MSG_PROP_REPL_SOURCE_POSITION` gives.
 QUIET_TOPICS = {"ns/batched2": 2, "ns/audit": 0}
@@ -610,8 +642,10 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
     the lookup service answers over HTTPS and forwards to the brokers' TLS ports, and the clients' connections are
     checked against the brokers' own view (each producer and consumer on cluster-a's TLS port before, on
     cluster-b's after the switch, on cluster-a's again after the rollback; the Java client never on a plain broker
-    port). The first rollback run is SIGKILLed after its catch-up; the next one finishes it. Copy mode's cutover
-    and rollback are in test_rollback_live. Before the switch, the same migration judges sync_progress in geo mode
+    port). The first rollback run is SIGKILLed after its catch-up; the next one finishes it. Then the tenant is
+    migrated again by a run continuing the rolled-back one and the clients switched to the target once more (the
+    target then holds every acknowledged send once, in order). Copy mode's cutover and rollback are in
+    test_rollback_live. Before the switch, the same migration judges sync_progress in geo mode
     on quiet topics (judge_geo_progress)."""
     live = live_over_tls
     ack_patterned_topics(live["admin_a"], cluster_a, live["tenant"])
@@ -638,16 +672,29 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         back = roll_back_live(clients, args, run_dir)
         assert back.code == 0, back.report.get("error")
         assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
+        log.info("rollback (geo mode): hold %ss, phases %s, redelivered after it %s",
+                 back.report["details"]["hold_s"], back.report["details"]["phases_s"], back.redelivered)
+        assert back.report["details"]["route_after"] == cluster_a.name
+        clients.settle()
+        judge_back_on_source(clients, cluster_a, back.on_target_from)
+        probe_again_over_tls(spec, run_dir, cluster_a, live["service"], monkeypatch)
+        clients.resume()
+
+        # Migrating again (both sides replicate to each other since the rollback): a run that does not continue
+        # the rolled-back one fails naming the way out; one that does pairs only what the source got since, and
+        # the clients move to the target again.
+        again_from = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
+        carried_on(clients, "on the target after the second switch")
+        assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
     finally:
         clients.finish()
-    log.info("rollback (geo mode): hold %ss, phases %s, redelivered after it %s", back.report["details"]["hold_s"],
-             back.report["details"]["phases_s"], back.redelivered)
-    assert back.report["details"]["route_after"] == cluster_a.name
-    judge_back_on_source(clients, cluster_a, back.on_target_from)
+    for p in clients.producers:  # they published on the source after the rollback, and on the target again
+        assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
+    judge_all_stored_on(clients, cluster_b)
+    assert stored(cluster_b, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
-    probe_again_over_tls(spec, run_dir, cluster_a, live["service"], monkeypatch)
 
 
 def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster, service: LookupProcess,
@@ -655,8 +702,9 @@ def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster, ser
     """A re-run of the rollback finds the route back on the source and probes again through the HTTPS service:
     passes with the spec's TLS entry for the source; with a plain entry (no client certificate for the brokers'
     TLS ports) it fails in one line naming what to check, exit 1, and the route stays (its client retries the
-    refused handshake until its timeout: 5 s here instead of 30)."""
+    refused handshake until its timeout: 5 s here instead of 30); with the spec put right it passes again."""
     args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+    usual_timeout_s = probe_module.PROBE_TIMEOUT_S
     monkeypatch.setattr(probe_module, "PROBE_TIMEOUT_S", 5)
     assert run_step(rollback.STEP, rollback.run, args) == 0
     report = json.loads((run_dir / f"{rollback.STEP}.json").read_text())
@@ -669,3 +717,5 @@ def probe_again_over_tls(spec: Path, run_dir: Path, cluster_a: LocalCluster, ser
     error = json.loads((run_dir / f"{rollback.STEP}.json").read_text())["error"]
     assert error.startswith("probe: a client through the lookup service") and "trust_certs_file" in error, error
     assert service.api("GET", f"/routes/{json.loads(spec.read_text())['tenant']}").json()["cluster"] == cluster_a.name
+    monkeypatch.setattr(probe_module, "PROBE_TIMEOUT_S", usual_timeout_s)  # later probes: the usual patience
+    assert run_step(rollback.STEP, rollback.run, args) == 0  # the spec put right: the rollback reports ok again

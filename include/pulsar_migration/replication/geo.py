@@ -512,6 +512,11 @@ def _mispaired(target: Position, origin: str, source: Position) -> str:
     return text
 
 
+def _not_replicated(target: Position, source: Position) -> str:
+    return (f"target entry {target} was not replicated (no {GEO_SOURCE_PROPERTY}), paired with source entry "
+            f"{source}{AFTER_ROLLBACK}")
+
+
 def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, source: list[_Entry],
                  target: list[_Entry]) -> tuple[list[MapRow], list[str], int]:
     """One map row per (source, target) pair; shape errors; how many entry headers were checked."""
@@ -528,8 +533,7 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
             if t.source_property not in expected:
                 errors.append(_mispaired(t.position, t.source_property, s.position))
         elif not t.info.batched:
-            errors.append(f"target entry {t.position} was not replicated (no {GEO_SOURCE_PROPERTY}), paired "
-                          f"with source entry {s.position}{AFTER_ROLLBACK}")
+            errors.append(_not_replicated(t.position, s.position))
         else:
             batched.append(i)
         rows.append(MapRow(
@@ -545,7 +549,9 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
         s, t = source[i], target[i]
         headers = admin.entry_headers(job.topic, t.position.ledger, t.position.entry)
         origin = replicated_position(headers)
-        if origin is None or origin != s.position:
+        if origin is None:
+            errors.append(_not_replicated(t.position, s.position))
+        elif origin != s.position:
             errors.append(_mispaired(t.position, str(origin), s.position))
         if headers.get("X-Pulsar-replicated-from") != spec.source:
             errors.append(f"target entry {t.position} was replicated from cluster "
@@ -633,6 +639,9 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
         errors.insert(0, short)
         if hint:  # the partition's one line: the likely cause before the differing hashes it causes
             outcome.fail(f"{job.topic}: {short}{hint}")
+    unreplicated = [e for e in errors if e.endswith(AFTER_ROLLBACK)]
+    if unreplicated:  # the likely cause first: the target's own messages, not a replication fault
+        outcome.fail(f"{job.topic}: {unreplicated[0]}")
     outcome.verify_s = round(time.monotonic() - started, 3)
     outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
     judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal

@@ -20,7 +20,8 @@ in `RUN_DIR/rollback/` (reports `rollback_lookup.*.json` there, its own map):
    back to the source, release; a failure before that flip leaves the clients on the target, as before.
 4. **probe** that a producer and a reader through the lookup service land on the source.
 
-The target keeps its copy (nothing is deleted): a later migration run starts afresh.
+The target keeps its copy (nothing is deleted): a later migration run continues this one (options.follows_run_dir,
+replication.follows), its map seeded from this run's map and the reverse one.
 """
 
 from __future__ import annotations
