@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from airflow.models.dagrun import DagRun
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
@@ -76,3 +77,15 @@ def test_same_cluster_on_both_sides_fails_render_spec_before_spark(airflow_db: A
                       PUBLISH_SWITCH: "failed", CLEANUP: "upstream_failed", PUBLISH_CLEANUP: "failed",
                       REPORT: "failed"}
     assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()
+
+
+def test_continuing_a_run_that_does_not_exist_fails_render_spec_with_one_line(
+    airflow_db: AirflowTestDb, capfd: pytest.CaptureFixture[str],
+) -> None:
+    dag_run, states = run_migration({"tenant": unique("dag-again"), "follows_run_id": "manual__never"})
+
+    assert dag_run.state == "failed" and states["render_spec"] == "failed"
+    assert states["sync_metadata"] == states[REPLICATE] == "upstream_failed"
+    assert not (run_dir_of(airflow_db, dag_run) / "spec.json").exists()
+    out, err = capfd.readouterr()
+    assert "Continue from run: no run 'manual__never' of pulsar_tenant_migration with a spec at" in out + err

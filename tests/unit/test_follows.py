@@ -81,6 +81,13 @@ def test_a_rolled_back_run_seeds_its_map_and_its_rollbacks_swapped_once(tmp_path
     assert again["map_rows_seeded"] == 0 and len(posmap.part_files(str(now))) == 1
 
 
+def test_rows_an_attempt_without_the_option_mapped_do_not_stop_the_seeding(tmp_path: Path) -> None:
+    earlier, now = rolled_back_run(tmp_path), tmp_path / "now"
+    posmap.append_local(str(now), [row((10, 0), (20, 0))])  # a partition that attempt verified
+    follows.seed(spec(str(earlier)), str(now), {}, dry_run=False)
+    assert pairs(now) == [(10, 0, 20, 0), (10, 1, 20, 1), (10, 2, 20, 2), (11, 0, 20, 3), (11, 1, 20, 4)]
+
+
 def test_a_run_never_switched_seeds_its_map_alone(tmp_path: Path) -> None:
     earlier = tmp_path / "earlier"
     report(earlier, "replicate_topics", verdict="failed")  # its verified partitions' rows are in the map

@@ -16,8 +16,10 @@ refused, as are run dirs of another tenant or cluster pair.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,6 +37,7 @@ REPLICATE_STEP = "replicate_topics"
 SWITCH_STEP = "switch_lookup"
 ROLLBACK_STEP = "rollback_lookup"
 ROLLBACK_DIR = "rollback"
+SEEDED_MARKER = "_seeded_from_earlier_run.json"  # in the map's dir: readers skip "_" names
 
 
 def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
@@ -91,13 +94,17 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
         raise BadInput(f"options.follows_run_dir needs a local run dir for this run too: {run_dir}")
     if os.path.realpath(rundir.local_path(earlier)) == os.path.realpath(rundir.local_path(run_dir)):
         raise BadInput(f"options.follows_run_dir names this run's own dir {run_dir}: name the earlier run's")
-    if posmap.part_files(run_dir):
-        details["map_rows_seeded"] = 0  # seeded by an earlier attempt of this run (or mapped since)
+    marker = Path(rundir.local_path(posmap.location(run_dir))) / SEEDED_MARKER
+    if marker.is_file():
+        details["map_rows_seeded"] = 0  # seeded by an earlier attempt of this run
         return None
     rows = earlier_rows(spec, earlier)
     details["map_rows_seeded"] = len(rows)
     if dry_run:
-        return rows
+        return rows if not posmap.part_files(run_dir) else pd.concat([posmap.read_local(run_dir), rows])
+    # Rows an attempt of this run without the option mapped (partitions it verified) are the same pairs: readers
+    # drop the duplicates. A kill before the marker only makes the next attempt append the rows again.
     posmap.append_local(run_dir, posmap.rows_of(rows))
+    marker.write_text(json.dumps({"follows_run_dir": earlier, "rows": len(rows)}) + "\n")
     log.info("position map seeded with %d rows from %s (its map and its rollback's)", len(rows), earlier)
     return None
