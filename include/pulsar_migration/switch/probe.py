@@ -3,11 +3,14 @@ service, the target's credentials and TLS settings) must land on the cluster the
 
 from __future__ import annotations
 
+import os
+import ssl
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from pulsar_migration.admin import AdminError
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 
@@ -21,20 +24,45 @@ class ProbeFailed(StepFailed):
     """The probe's clients did not reach the target through the lookup service (one line)."""
 
 
+SYSTEM_STORE = "system"  # a side that names no authority: the system's trust store
+
+
 def trust_bundle(spec: MigrationSpec, directory: Path) -> str | None:
     """The authorities the probe's client must trust: the lookup service's (`lookup.trust_certs_file`, for its
-    HTTPS answers) and the target's (`tls.trust_certs_file`, for the brokers' TLS ports the answers name). The C++
-    client takes one file for both, so two different files are joined into one in `directory` (local: a run
-    directory may be in an object store)."""
-    target_tls = spec.target_cluster.tls
-    files = list(dict.fromkeys(f for f in (spec.lookup_trust_certs_file,
-                                           target_tls.trust_certs_file if target_tls else None) if f))
-    if len(files) < 2:
-        return files[0] if files else None
+    HTTPS answers) and the target's (`tls.trust_certs_file`, for the brokers' TLS ports the answers name); a side on
+    TLS naming none trusts the system's store. The C++ client takes one file for all (given one, it trusts nothing
+    else), so different ones are joined into one in `directory` (local: a run directory may be in an object store);
+    None: the system's store alone."""
+    target = spec.target_cluster
+    wanted = []
+    if (spec.lookup_url or "").startswith("https://") or spec.lookup_trust_certs_file:
+        wanted.append(spec.lookup_trust_certs_file or SYSTEM_STORE)
+    if target.service_url.startswith("pulsar+ssl://") or (target.tls and target.tls.trust_certs_file):
+        wanted.append((target.tls.trust_certs_file if target.tls else None) or SYSTEM_STORE)
+    files = list(dict.fromkeys(wanted))
+    if files == [SYSTEM_STORE] or not files:
+        return None
+    if len(files) == 1:
+        return files[0]
     bundle = directory / "probe-trust.pem"
     bundle.parent.mkdir(parents=True, exist_ok=True)
-    bundle.write_bytes(b"\n".join(Path(f).read_bytes().rstrip(b"\n") for f in files) + b"\n")
+    try:
+        parts = [Path(system_store() if f == SYSTEM_STORE else f).read_bytes().rstrip(b"\n") for f in files]
+    except OSError as exc:
+        raise ProbeFailed(f"probe: cannot read an authority file for the probe's client ({exc}); the route already "
+                          f"names {spec.target}; a re-run probes again") from None
+    bundle.write_bytes(b"\n".join(parts) + b"\n")
     return str(bundle)
+
+
+def system_store() -> str:
+    """The system's trust store as one PEM file (what a TLS client given no authority trusts)."""
+    cafile = ssl.get_default_verify_paths().cafile
+    if cafile and os.path.isfile(cafile):
+        return cafile
+    import certifi  # requests' own store: there whenever the admin client is
+
+    return certifi.where()
 
 
 def probe(ctx: StepContext, partitions: list[str]) -> dict[str, Any]:
@@ -62,7 +90,12 @@ def _probe(spec: MigrationSpec, topic: str, trust: str | None) -> dict[str, Any]
                 f"probe: a client through the lookup service at {spec.lookup_url} could not open {topic} ({exc}); the "
                 f"route already names {spec.target}, so check how clients reach it (over https: "
                 "lookup.trust_certs_file and the target's tls settings); a re-run probes again") from None
-        stats = tgt_admin.get(f"{tgt_admin.topic_path(topic)}/stats")
+        try:
+            stats = tgt_admin.get(f"{tgt_admin.topic_path(topic)}/stats")
+        except AdminError as exc:
+            raise ProbeFailed(f"probe: the probe's clients opened {topic} through the lookup service, but the "
+                              f"target {spec.target} did not answer where they are ({exc}); a re-run probes "
+                              "again") from None
         producers = [p.get("producerName") for p in stats.get("publishers") or []]
         readers = [s for s, v in (stats.get("subscriptions") or {}).items() if not v.get("isDurable", True)]
         on_target = producer.producer_name() in producers and bool(readers)
