@@ -118,13 +118,18 @@ def _replication(report: Mapping[str, Any]) -> dict[str, Any]:
             "cap_mb_per_s": throttle.get("max_mb_per_s"), "cap_msgs_per_s": throttle.get("max_msgs_per_s"),
             "held_back_s": throttle.get("held_back_s"),
             "trim_warning": (details.get("trim_risk") or {}).get("warning"),
-            "trimmed_warning": (details.get("trim_risk") or {}).get("trimmed_warning")}
+            "trimmed_warning": (details.get("trim_risk") or {}).get("trimmed_warning"),
+            "follows_run_dir": details.get("follows_run_dir"), "map_rows_seeded": details.get("map_rows_seeded")}
 
 
 def _copy_note(replication: Mapping[str, Any]) -> str:
-    """One line under the partitions: how fast, through what, the rate cap if there was one, and the warning of
-    topics the target may trim (replication.trim_risk)."""
+    """One line under the partitions: the earlier run this one continues (replication.follows), how fast, through
+    what, the rate cap if there was one, and the warning of topics the target may trim (replication.trim_risk)."""
     parts = []
+    if replication.get("follows_run_dir"):
+        seeded = replication.get("map_rows_seeded")
+        parts.append(f"continues the run in {replication['follows_run_dir']}"
+                     + (f" ({_cell(seeded)} map rows taken from it)" if seeded else ""))
     if replication["mb_per_s"] is not None:
         engine = f" through the {replication['copy_engine']} path" if replication["copy_engine"] else ""
         parts.append(f"copied at {_cell(replication['mb_per_s'])} MB/s{engine}")

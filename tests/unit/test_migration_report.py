@@ -31,7 +31,8 @@ def run_dir(tmp_path: Path) -> Path:
             "mb_per_s": 12.5, "copy_engine": "java",
             "throttle": {"max_mb_per_s": 20.0, "max_msgs_per_s": 5000, "held_back_s": 3.25},
             "trim_risk": {"count": 1, "topics": ["persistent://acme/ns/u"],
-                          "warning": "1 topic(s) keep no retention"}}),
+                          "warning": "1 topic(s) keep no retention"},
+            "follows_run_dir": "/runs/pulsar_tenant_migration/manual__1", "map_rows_seeded": 1200}),
         "sync_progress": step_report("sync_progress", details={"subscriptions": [
             {"topic": "persistent://acme/ns/t", "subscription": "s", "lost": 0, "duplicated": 1}]}),
         "switch_lookup": step_report("switch_lookup", details={
@@ -58,7 +59,8 @@ def test_gathers_counts_hashes_subscriptions_and_the_cutover(run_dir: Path) -> N
     assert json.loads(Path(written["json"]).read_text())["partitions"][1]["target_hash"] == HASH_B
     markdown = Path(written["markdown"]).read_text()
     assert "| persistent://acme/ns/u | ok | 2 | 2 | 2 | aaaaaaaaaaaaaaaa | bbbbbbbbbbbbbbbb | NO |" in markdown
-    assert ("copied at 12.5 MB/s through the java path; rate cap 20 MB/s and 5000 msgs/s, copies held back 3.25 s "
+    assert ("continues the run in /runs/pulsar_tenant_migration/manual__1 (1200 map rows taken from it); "
+            "copied at 12.5 MB/s through the java path; rate cap 20 MB/s and 5000 msgs/s, copies held back 3.25 s "
             "in all; warning: 1 topic(s) keep no retention") in markdown
     page = Path(written["html"]).read_text()
     assert "acme&lt;b&gt;" in page and "acme<b>" not in page  # names are escaped, never markup
