@@ -317,6 +317,10 @@ def following(document: Mapping[str, Any], base: str, run_id: str, root: str | P
     except (FileNotFoundError, OSError):
         raise ValueError(f"Continue from run: no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at "
                          f"{directory}") from None
+    except ValueError as exc:
+        raise ValueError(f"Continue from run: the spec of run {run_id!r} at {directory} is not JSON ({exc})") from None
+    if not isinstance(earlier, dict):
+        raise ValueError(f"Continue from run: the spec of run {run_id!r} at {directory} is not a spec document")
     ours = tuple(document[k] for k in ("tenant", "source", "target"))
     theirs = tuple(earlier.get(k) for k in ("tenant", "source", "target"))
     if ours != theirs:

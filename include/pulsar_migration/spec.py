@@ -528,6 +528,8 @@ class MigrationSpec:
     lookup_token_env: str | None = None
     lookup_trust_certs_file: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # rollback_lookup's reverse spec (sides swapped); never in the document.
+    rolling_back: bool = False
 
     @property
     def source_cluster(self) -> ClusterSpec:

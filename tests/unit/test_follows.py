@@ -5,16 +5,22 @@ real clusters is judged in tests/integration/test_rollback_live.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from pulsar_migration import dag_support
+from pulsar_migration.positions import Position
 from pulsar_migration.replication import follows, posmap
+from pulsar_migration.replication.partition import PartitionJob, not_copied_hint, run_partition, untagged
 from pulsar_migration.replication.posmap import MapRow
+from pulsar_migration.replication.reading import ReadError
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput
+from pulsar_migration.switch import rollback
 
 TOPIC = "persistent://t/ns/x"
 
@@ -33,9 +39,10 @@ def row(source: tuple[int, int], target: tuple[int, int]) -> MapRow:
                   mode="copy")
 
 
-def report(run_dir: Path, step: str, verdict: str = "ok", of: MigrationSpec | None = None) -> None:
+def report(run_dir: Path, step: str, verdict: str = "ok", of: MigrationSpec | None = None,
+           **details: Any) -> None:
     done = StepReport.start(step, of or spec())
-    done.details["mode"] = (of or spec()).replication_mode
+    done.details.update({"mode": (of or spec()).replication_mode, **details})
     done.finish(verdict)  # type: ignore[arg-type]
     done.write(str(run_dir))
 
@@ -46,8 +53,9 @@ def rolled_back_run(tmp_path: Path) -> Path:
     copied back to source 11:0-1; rolled back."""
     earlier = tmp_path / "earlier"
     earlier.mkdir()
-    for step in ("replicate_topics", "switch_lookup", "rollback_lookup"):
-        report(earlier, step)
+    report(earlier, "replicate_topics")
+    report(earlier, "switch_lookup", route_after="b")
+    report(earlier, "rollback_lookup", route_after="a")
     posmap.append_local(str(earlier), [row((10, i), (20, i)) for i in range(3)])
     posmap.append_local(str(earlier / "rollback"), [row((20, i), (10, i)) for i in range(3)]
                         + [row((20, 3), (11, 0)), row((20, 4), (11, 1))])
@@ -66,6 +74,7 @@ def test_a_rolled_back_run_seeds_its_map_and_its_rollbacks_swapped_once(tmp_path
 
     planned = follows.seed(spec(str(earlier)), str(now), details, dry_run=True)
     assert planned is not None and not posmap.part_files(str(now))  # a dry run writes nothing
+    assert details.pop("map_rows_to_seed") == 5 and "map_rows_seeded" not in details
     assert str(posmap.ends_of(planned)[TOPIC].source) == "11:1"
 
     assert follows.seed(spec(str(earlier)), str(now), details, dry_run=False) is None
@@ -78,7 +87,16 @@ def test_a_rolled_back_run_seeds_its_map_and_its_rollbacks_swapped_once(tmp_path
 
     again: dict[str, Any] = {}
     follows.seed(spec(str(earlier)), str(now), again, dry_run=False)
-    assert again["map_rows_seeded"] == 0 and len(posmap.part_files(str(now))) == 1
+    assert again["map_rows_seeded"] == 5 and len(posmap.part_files(str(now))) == 1  # once; the count kept
+
+
+def test_a_rollback_that_failed_only_in_its_probe_or_found_itself_done_counts_as_rolled_back(tmp_path: Path) -> None:
+    earlier = rolled_back_run(tmp_path)
+    report(earlier, "rollback_lookup", verdict="failed", route_after="a")  # flipped back, then the probe failed
+    follows.seed(spec(str(earlier)), str(tmp_path / "now"), {}, dry_run=False)
+    report(earlier, "rollback_lookup", verdict="failed", already_rolled_back=True)  # a re-run, probe failed
+    follows.seed(spec(str(earlier)), str(tmp_path / "then"), {}, dry_run=False)
+    assert pairs(tmp_path / "now") == pairs(tmp_path / "then") and len(pairs(tmp_path / "now")) == 5
 
 
 def test_rows_an_attempt_without_the_option_mapped_do_not_stop_the_seeding(tmp_path: Path) -> None:
@@ -91,13 +109,15 @@ def test_rows_an_attempt_without_the_option_mapped_do_not_stop_the_seeding(tmp_p
 def test_a_run_never_switched_seeds_its_map_alone(tmp_path: Path) -> None:
     earlier = tmp_path / "earlier"
     report(earlier, "replicate_topics", verdict="failed")  # its verified partitions' rows are in the map
+    report(earlier, "switch_lookup", verdict="failed", rolled_back=True)  # gave up before the flip
     posmap.append_local(str(earlier), [row((10, 0), (20, 0))])
     follows.seed(spec(str(earlier)), str(tmp_path / "now"), {}, dry_run=False)
     assert pairs(tmp_path / "now") == [(10, 0, 20, 0)]
 
 
-@pytest.mark.parametrize("case", ["switched, not rolled back", "rollback failed", "another tenant", "geo mode",
-                                  "no map", "not a migration", "its own dir", "object store"])
+@pytest.mark.parametrize("case", ["switched, not rolled back", "rollback failed", "flipped, probe failed",
+                                  "switched again", "route moved by hand", "another tenant", "geo mode", "no map",
+                                  "not a migration", "its own dir", "object store"])
 def test_runs_that_cannot_be_continued_are_refused_in_one_line_before_anything_is_written(
         tmp_path: Path, case: str) -> None:
     earlier, now = rolled_back_run(tmp_path), tmp_path / "now"
@@ -105,6 +125,9 @@ def test_runs_that_cannot_be_continued_are_refused_in_one_line_before_anything_i
         "switched, not rolled back": "switched the tenant's clients to b and was not rolled back "
                                      r"\(rollback_lookup never ran\)",
         "rollback failed": r"was not rolled back \(rollback_lookup failed\)",
+        "flipped, probe failed": r"was not rolled back \(rollback_lookup never ran\)",
+        "switched again": "switched the tenant's clients to b again after its rollback",
+        "route moved by hand": "found the route back on a without switching it back itself",
         "another tenant": "migrated tenant other from a to b, not tenant t from a to b",
         "geo mode": "replicated in copy mode, this run in geo mode",
         "no map": "holds no position map",
@@ -116,7 +139,18 @@ def test_runs_that_cannot_be_continued_are_refused_in_one_line_before_anything_i
     if case == "switched, not rolled back":
         (earlier / "rollback_lookup.json").unlink()
     elif case == "rollback failed":
-        report(earlier, "rollback_lookup", verdict="failed")
+        report(earlier, "rollback_lookup", verdict="failed")  # before its flip back
+    elif case == "flipped, probe failed":
+        (earlier / "rollback_lookup.json").unlink()
+        report(earlier, "switch_lookup", verdict="failed", route_after="b")
+    elif case == "switched again":
+        report(earlier, "switch_lookup", route_after="b")
+        later = json.loads((earlier / "switch_lookup.json").read_text())
+        later["finished_at"] = "2999-01-01T00:00:00.000Z"
+        (earlier / "switch_lookup.json").write_text(json.dumps(later))
+    elif case == "route moved by hand":
+        report(earlier, "rollback_lookup", already_rolled_back=True)
+        shutil.rmtree(earlier / "rollback")
     elif case == "another tenant":
         report(earlier, "replicate_topics", of=spec(tenant="other"))
     elif case == "geo mode":
@@ -153,4 +187,23 @@ def test_the_form_names_a_run_by_id_and_refuses_an_unknown_or_different_one(tmp_
         dag_support.following(document, str(base), "manual__2")
     with pytest.raises(ValueError, match="migrated tenant t from a to b, not tenant u from a to b"):
         dag_support.following(spec(tenant="u").to_dict(), str(base), "manual__1")
-    assert json.loads((earlier / dag_support.SPEC_FILE).read_text())["options"].get("follows_run_dir") is None
+    assert document["options"].get("follows_run_dir") is None  # the trigger's document is not changed
+    (earlier / dag_support.SPEC_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=r"^Continue from run: the spec of run 'manual__1' at .* is not JSON"):
+        dag_support.following(document, str(base), "manual__1")
+
+
+def test_what_a_run_is_told_about_target_messages_no_copy_made() -> None:
+    assert "continue from the rolled-back run (options.follows_run_dir" in not_copied_hint(spec())
+    assert "continue from the latest rolled-back migration run" in not_copied_hint(spec("/runs/one"))
+    assert not_copied_hint(rollback.reverse_spec(spec("/runs/one"))) == ""  # a rollback's reverse run
+
+    def body(task: Any) -> list[Any]:
+        raise untagged(TOPIC, Position(20, 4), "")
+
+    shared = SimpleNamespace(src_admin=None, tgt_admin=None, src_client=None, tgt_client=None)
+    job = PartitionJob(topic=TOPIC, local="ns/x", partition=-1, upper=None)
+    outcome, rows = run_partition(spec(), job, body, (ReadError,), shared)  # type: ignore[arg-type]
+    assert rows == [] and outcome.error == (
+        f"{TOPIC} on the target holds messages that were not copied from the source (last entry 20:4 has no "
+        f"__pm_source property){not_copied_hint(spec())}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pulsar_migration.admin import RUNTIME_CONFIGURATION
 from pulsar_migration.positions import MessageIdInfo
 from pulsar_migration.replication.geo import _Entry, expired_hint, not_arrived, pair_entries
-from pulsar_migration.replication.partition import AFTER_ROLLBACK, PartitionJob
+from pulsar_migration.replication.partition import PartitionJob, not_copied_hint
 from pulsar_migration.spec import MigrationSpec
 
 from tests.unit.answering_admin import AnsweringAdmin
@@ -57,13 +57,14 @@ def test_target_entries_no_replicator_wrote_are_named_with_the_way_out() -> None
     own = _Entry(MessageIdInfo(9, 0), 1, NOW)  # no __MSG_PROP_REPL_SOURCE_POSITION
     _, errors, _ = pair_entries(spec, Headers({}), job, source, [own, *replicated(source, [0])])
     assert errors[0] == ("target entry 9:0 was not replicated (no __MSG_PROP_REPL_SOURCE_POSITION), paired with "
-                         f"source entry 5:0{AFTER_ROLLBACK}")
+                         f"source entry 5:0{not_copied_hint(spec)}")
+    assert "continue from the rolled-back run (options.follows_run_dir" in errors[0]
 
     batch = MessageIdInfo(9, 0, 0, 2)
     source = [_Entry(MessageIdInfo(5, 0, 0, 2), 2, NOW)]
     _, errors, sampled = pair_entries(spec, Headers({(9, 0): {"X-Pulsar-num-batch-message": "2"}}), job, source,
                                       [_Entry(batch, 2, NOW)])
-    assert sampled == 1 and errors and errors[0].endswith(AFTER_ROLLBACK), errors
+    assert sampled == 1 and errors and errors[0].endswith(not_copied_hint(spec)), errors
 
 
 class Headers(AnsweringAdmin):

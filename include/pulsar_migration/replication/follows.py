@@ -22,8 +22,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from pulsar_migration import rundir
 from pulsar_migration.replication import posmap
 from pulsar_migration.report import StepReport
@@ -56,21 +54,37 @@ def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
     if spec.replication_mode != replicated.details.get("mode", spec.replication_mode):
         raise BadInput(f"{where} replicated in {replicated.details['mode']} mode, this run in "
                        f"{spec.replication_mode} mode: continue it in the same mode")
-    switched = _report(earlier, SWITCH_STEP)
-    if switched is not None and switched.verdict == "ok" and not switched.dry_run:
-        back = _report(earlier, ROLLBACK_STEP)
-        if back is None or back.verdict != "ok" or back.dry_run:
-            raise BadInput(f"{where} switched the tenant's clients to {spec.target} and was not rolled back "
-                           f"({ROLLBACK_STEP} {back.verdict if back else 'never ran'}): there is nothing to migrate "
-                           "again; roll it back first")
     forward = posmap.read_local(earlier)
     if forward is None or forward.empty:
         raise BadInput(f"{where} holds no position map: there is nothing to continue (start afresh)")
     frames = [forward]
-    reverse = posmap.read_local(rundir.join(earlier, ROLLBACK_DIR))
-    if reverse is not None and not reverse.empty:
+    switched = _report(earlier, SWITCH_STEP)
+    if switched is not None and _flipped(switched, spec.target, "already_switched"):
+        back = _report(earlier, ROLLBACK_STEP)
+        if back is None or not _flipped(back, spec.source, "already_rolled_back"):
+            raise BadInput(f"{where} switched the tenant's clients to {spec.target} and was not rolled back "
+                           f"({ROLLBACK_STEP} {back.verdict if back else 'never ran'}): there is nothing to migrate "
+                           "again; roll it back first")
+        if (back.finished_at or "") < (switched.finished_at or ""):
+            raise BadInput(f"{where} switched the tenant's clients to {spec.target} again after its rollback: "
+                           "there is nothing to migrate again; roll it back first")
+        reverse = posmap.read_local(rundir.join(earlier, ROLLBACK_DIR))
+        if reverse is None or reverse.empty:
+            raise BadInput(f"{where} found the route back on {spec.source} without switching it back itself (no "
+                           "reverse map): what clients published on the target then is mapped nowhere; delete the "
+                           "tenant on the target and migrate it afresh")
         frames.append(posmap.swap_sides(reverse))
+    import pandas as pd  # deferred: every importer of the replication step would pay for it
+
     return pd.concat(frames, ignore_index=True).drop_duplicates(list(posmap.KEY_COLUMNS))
+
+
+def _flipped(report: StepReport, to: str, already: str) -> bool:
+    """Whether a switch (or rollback) report says the route names `to` now: flipped by that run (verdict ok, or
+    failed after the flip, in its probe) or found flipped by an earlier attempt that it re-ran."""
+    if report.dry_run:
+        return False
+    return report.details.get("route_after") == to or bool(report.details.get(already))
 
 
 def _report(run_dir: str, step: str) -> StepReport | None:
@@ -95,16 +109,22 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
     if os.path.realpath(rundir.local_path(earlier)) == os.path.realpath(rundir.local_path(run_dir)):
         raise BadInput(f"options.follows_run_dir names this run's own dir {run_dir}: name the earlier run's")
     marker = Path(rundir.local_path(posmap.location(run_dir))) / SEEDED_MARKER
-    if marker.is_file():
-        details["map_rows_seeded"] = 0  # seeded by an earlier attempt of this run
+    if marker.is_file():  # seeded by an earlier attempt of this run
+        details["map_rows_seeded"] = json.loads(marker.read_text()).get("rows", 0)
         return None
     rows = earlier_rows(spec, earlier)
-    details["map_rows_seeded"] = len(rows)
     if dry_run:
-        return rows if not posmap.part_files(run_dir) else pd.concat([posmap.read_local(run_dir), rows])
+        details["map_rows_to_seed"] = len(rows)
+        mapped = posmap.read_local(run_dir)
+        if mapped is None:
+            return rows
+        import pandas as pd
+
+        return pd.concat([mapped, rows], ignore_index=True)
     # Rows an attempt of this run without the option mapped (partitions it verified) are the same pairs: readers
     # drop the duplicates. A kill before the marker only makes the next attempt append the rows again.
-    posmap.append_local(run_dir, posmap.rows_of(rows))
+    posmap.append_frame_local(run_dir, rows)
     marker.write_text(json.dumps({"follows_run_dir": earlier, "rows": len(rows)}) + "\n")
+    details["map_rows_seeded"] = len(rows)
     log.info("position map seeded with %d rows from %s (its map and its rollback's)", len(rows), earlier)
     return None

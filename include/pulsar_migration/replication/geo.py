@@ -33,7 +33,6 @@ from pulsar_migration.positions import MessageIdInfo, Position, PositionError
 from pulsar_migration.replication import source_ttl
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
 from pulsar_migration.replication.partition import (
-    AFTER_ROLLBACK,
     PartitionJob,
     PartitionOutcome,
     PartitionTask,
@@ -41,6 +40,7 @@ from pulsar_migration.replication.partition import (
     compacted_gap,
     judge,
     lag_after,
+    not_copied_hint,
     run_partition,
 )
 from pulsar_migration.replication.posmap import MapRow
@@ -512,9 +512,12 @@ def _mispaired(target: Position, origin: str, source: Position) -> str:
     return text
 
 
-def _not_replicated(target: Position, source: Position) -> str:
-    return (f"target entry {target} was not replicated (no {GEO_SOURCE_PROPERTY}), paired with source entry "
-            f"{source}{AFTER_ROLLBACK}")
+NOT_REPLICATED = "was not replicated"
+
+
+def _not_replicated(spec: MigrationSpec, target: Position, source: Position) -> str:
+    return (f"target entry {target} {NOT_REPLICATED} (no {GEO_SOURCE_PROPERTY}), paired with source entry "
+            f"{source}{not_copied_hint(spec)}")
 
 
 def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, source: list[_Entry],
@@ -533,7 +536,7 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
             if t.source_property not in expected:
                 errors.append(_mispaired(t.position, t.source_property, s.position))
         elif not t.info.batched:
-            errors.append(_not_replicated(t.position, s.position))
+            errors.append(_not_replicated(spec, t.position, s.position))
         else:
             batched.append(i)
         rows.append(MapRow(
@@ -550,7 +553,7 @@ def pair_entries(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, sou
         headers = admin.entry_headers(job.topic, t.position.ledger, t.position.entry)
         origin = replicated_position(headers)
         if origin is None:
-            errors.append(_not_replicated(t.position, s.position))
+            errors.append(_not_replicated(spec, t.position, s.position))
         elif origin != s.position:
             errors.append(_mispaired(t.position, str(origin), s.position))
         if headers.get("X-Pulsar-replicated-from") != spec.source:
@@ -628,6 +631,9 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
 
     started = time.monotonic()
     rows, errors, _ = pair_entries(spec, tgt_admin, job, source.entries, target.entries)
+    unreplicated = [e for e in errors if f" {NOT_REPLICATED} (" in e]
+    if unreplicated:  # the likely cause first: the target's own messages, not a replication fault
+        outcome.fail(f"{job.topic}: {unreplicated[0]}")
     if len(target.entries) < wanted:
         hint = (chunked_hint(source.entries)
                 or local_only_hint(spec, src_admin, job.topic, source.entries, target.entries)
@@ -639,9 +645,6 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
         errors.insert(0, short)
         if hint:  # the partition's one line: the likely cause before the differing hashes it causes
             outcome.fail(f"{job.topic}: {short}{hint}")
-    unreplicated = [e for e in errors if e.endswith(AFTER_ROLLBACK)]
-    if unreplicated:  # the likely cause first: the target's own messages, not a replication fault
-        outcome.fail(f"{job.topic}: {unreplicated[0]}")
     outcome.verify_s = round(time.monotonic() - started, 3)
     outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
     judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal

@@ -233,14 +233,25 @@ def hash_message(content: ContentHash, message: Any, info: MessageIdInfo, topic:
                         "auto, with a JDK)") from None
 
 
+class TargetNotCopied(ReadError):
+    """The target partition holds messages no copy made (run_partition adds what to do: not_copied_hint)."""
+
+
 def untagged(topic: str, entry: Position, what: str) -> ReadError:
-    return ReadError(f"{topic} on the target holds messages that were not copied from the source "
-                     f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property){AFTER_ROLLBACK}")
+    return TargetNotCopied(f"{topic} on the target holds messages that were not copied from the source "
+                           f"(last entry {entry}{what} has no {SOURCE_TAG_PROPERTY} property)")
 
 
-# What to do about target messages no copy made, the likely reason for them named.
-AFTER_ROLLBACK = ("; published there between a switch and its rollback? continue from the rolled-back run "
-                  "(options.follows_run_dir, the form's 'Continue from run')")
+def not_copied_hint(spec: MigrationSpec) -> str:
+    """What to do about target messages neither a copy nor the replicator made, the likely reason named: clients
+    published them there between a switch and its rollback (nothing to say inside a rollback's reverse run)."""
+    if spec.rolling_back:
+        return ""
+    if spec.follows_run_dir:
+        return (f"; published there after the run this one continues ({spec.follows_run_dir}) was switched? "
+                "continue from the latest rolled-back migration run of the tenant instead")
+    return ("; published there between a switch and its rollback? continue from the rolled-back run "
+            "(options.follows_run_dir, the form's 'Continue from run')")
 
 
 @dataclass
@@ -508,7 +519,7 @@ def run_partition(spec: MigrationSpec, job: PartitionJob, body: Callable[[Partit
         rows = body(PartitionTask(job, outcome, clients.src_admin, clients.tgt_admin, clients.src_client,
                                   clients.tgt_client, spec, throttle))
     except expected as exc:
-        outcome.fail(str(exc))
+        outcome.fail(str(exc) + (not_copied_hint(spec) if isinstance(exc, TargetNotCopied) else ""))
     except Exception as exc:  # one line per partition; the driver turns them into the step's error
         log.warning("partition %s failed", job.topic, exc_info=True)
         outcome.fail(f"{type(exc).__name__}: {exc}")

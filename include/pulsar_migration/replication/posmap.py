@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -242,10 +242,15 @@ def swap_sides(frame: Any) -> Any:
     return frame.rename(columns=renames)
 
 
-def rows_of(frame: Any) -> list[MapRow]:
-    """MapRows of map rows read by read_local."""
-    names = [f.name for f in fields(MapRow)]
-    return [MapRow(**{name: getattr(r, name) for name in names}) for r in frame.itertuples(index=False)]
+def append_frame_local(run_dir: str, frame: Any) -> int:
+    """Appends map rows read by read_local (a pandas DataFrame) as one Parquet file written in this process (a
+    local run dir only), without a Python object per row; returns the count."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(frame[[f.name for f in MAP_SCHEMA.fields]], schema=_arrow_schema(),
+                                 preserve_index=False)
+    write_part(run_dir, table, f"part-driver-{uuid.uuid4().hex}.parquet")
+    return table.num_rows
 
 
 # -- compaction (a local run dir) --------------------------------------------------------------------------

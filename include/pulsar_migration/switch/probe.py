@@ -57,9 +57,11 @@ def trust_bundle(spec: MigrationSpec, directory: Path) -> str | None:
 
 def system_store() -> str:
     """The system's trust store as one PEM file (what a TLS client given no authority trusts)."""
-    cafile = ssl.get_default_verify_paths().cafile
-    if cafile and os.path.isfile(cafile):
-        return cafile
+    paths = ssl.get_default_verify_paths()
+    for cafile in (os.environ.get(paths.openssl_cafile_env), paths.cafile, paths.openssl_cafile,
+                   "/etc/ssl/certs/ca-certificates.crt"):
+        if cafile and os.path.isfile(cafile):
+            return cafile
     import certifi  # requests' own store: there whenever the admin client is
 
     return certifi.where()

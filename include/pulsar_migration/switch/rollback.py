@@ -51,7 +51,7 @@ def reverse_spec(spec: MigrationSpec) -> MigrationSpec:
     """The same tenant, selection and replication mode from the target back to the source (its map is seeded
     from the migration's, never from an earlier run's)."""
     options = {k: v for k, v in spec.options.items() if k != "follows_run_dir"}
-    return dataclasses.replace(spec, source=spec.target, target=spec.source, options=options)
+    return dataclasses.replace(spec, source=spec.target, target=spec.source, options=options, rolling_back=True)
 
 
 def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
@@ -62,7 +62,7 @@ def seed_reverse_map(run_dir: str, reverse_dir: str) -> int:
     forward = posmap.read_local(run_dir)
     if forward is None or forward.empty:
         raise BadInput(f"no position map in {run_dir}: there is nothing switch_lookup moved to roll back")
-    return posmap.append_local(reverse_dir, posmap.rows_of(posmap.swap_sides(forward)))
+    return posmap.append_frame_local(reverse_dir, posmap.swap_sides(forward))
 
 
 def run(ctx: StepContext) -> None:
