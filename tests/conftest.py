@@ -37,7 +37,7 @@ MODULE_SECONDS = {
     "tests/integration/test_tls.py": 234, "tests/integration/test_switch_live.py": 235,
     "tests/integration/test_sync_metadata.py": 199, "tests/integration/test_two_brokers.py": 179,
     "tests/integration/test_airflow_ui.py": 179, "tests/integration/test_copy_engine.py": 173,
-    "tests/integration/test_replicate_topics.py": 165, "tests/integration/test_rollback_live.py": 160,
+    "tests/integration/test_replicate_topics.py": 165, "tests/integration/test_rollback_live.py": 170,
     "tests/integration/test_source_ttl.py": 122, "tests/dags/test_backfill_dag.py": 101,
     "tests/integration/test_progress_chunked.py": 70, "tests/integration/test_replicate_geo.py": 70,
     "tests/dags/test_spark_standalone_dag.py": 63, "tests/integration/test_copy_rate_cap.py": 60,

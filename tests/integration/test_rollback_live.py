@@ -16,7 +16,9 @@ serving all of it:
    copies only what the source got since the rollback, and a switch moves the clients to the target again. The
    target must then hold every acknowledged send of the whole test exactly once in send order (nothing published
    on the target between the flips copied back to it a second time), the Java producer's cycle once, and every
-   subscription must have received everything."""
+   subscription must have received everything;
+5. they are switched back once more by the continuing run's rollback: the source must then hold every
+   acknowledged send of the whole test exactly once in send order, the Java producer's cycle once."""
 
 from __future__ import annotations
 
@@ -112,14 +114,25 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         clients.resume()
 
         # 4. Migrating again, the clients going on at the source.
-        again_from = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
+        again_from, again_args = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
+        clients.settle()
+        for p in clients.producers:  # they published on the source after the rollback, and on the target again
+            assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
+        judge_all_stored_on(clients, cluster_b)
+        assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+        clients.resume()
+
+        # 5. ... and back once more: the continuing run's map (the first run's and its rollback's) serves its
+        # rollback as the first run's did.
+        back_again = roll_back_live(clients, again_args, live["tmp"] / "run-again")
+        assert back_again.code == 0, back_again.report.get("error")
+        assert back_again.report["details"]["route_after"] == cluster_a.name
+        log.info("second rollback: hold %ss", back_again.report["details"]["hold_s"])
     finally:
         if bypass_open:
             bypass.close()
         clients.finish()
-    for p in clients.producers:  # they published on the source after the rollback, and on the target again
-        assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
-    judge_all_stored_on(clients, cluster_b)
-    assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    judge_back_on_source(clients, cluster_a, back_again.on_target_from)
+    assert stored(cluster_a, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
 

@@ -538,10 +538,11 @@ def judge_all_stored_on(clients: Clients, cluster: LocalCluster) -> None:
 
 
 def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients, *,
-                  fresh_fails: bool) -> dict[str, int]:
+                  fresh_fails: bool) -> tuple[dict[str, int], list[str]]:
     """After the rollback, the clients on the source: a new run that continues the rolled-back one migrates what
-    the source got since, and switches the clients (returns the producers' marks from before the switch).
-    `fresh_fails`: first, a new run that does not continue it fails in one line naming the way out."""
+    the source got since, and switches the clients. Returns the producers' marks from before that migration and
+    the new run's step arguments. `fresh_fails`: first, a new run that does not continue it fails in one line
+    naming the way out."""
     cluster_b = live["admin_b"].name
     if fresh_fails:
         fresh = live["tmp"] / "run-fresh"
@@ -566,7 +567,7 @@ def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clie
     assert switched == 0, report.get("error")
     assert report["details"]["route_after"] == cluster_b
     log.info("second switch: hold %ss, phases %s", report["details"]["hold_s"], report["details"]["phases_s"])
-    return marks
+    return marks, ["--spec", str(second_spec), "--run-dir", str(second)]
 
 
 # Topics no live client touches, acked in test_sync_progress's patterns before the geo-mode migration, which
@@ -683,7 +684,7 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         # Migrating again (both sides replicate to each other since the rollback): a run that does not continue
         # the rolled-back one fails naming the way out; one that does pairs only what the source got since, and
         # the clients move to the target again.
-        again_from = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
+        again_from, _ = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
         assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
     finally:
