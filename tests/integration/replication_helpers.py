@@ -38,6 +38,11 @@ def client(cluster: LocalCluster) -> pulsar.Client:
                          authentication=pulsar.AuthenticationToken(token) if token else None)
 
 
+def partition_names(topic: str, partitions: int) -> list[str]:
+    """The topic's partitions by name (the topic itself when it is not partitioned: `partitions` 0)."""
+    return [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]
+
+
 def replicate(spec: Path, run_dir: Path, *extra: str) -> int:
     return run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir), *extra])
 

@@ -23,7 +23,7 @@ from pulsar_migration.stepjob import run_step
 from pyspark.sql import SparkSession
 
 from tests.conftest import spark_submit, unique
-from tests.integration.replication_helpers import client, create_layout, delivery_time_ms, drain
+from tests.integration.replication_helpers import client, create_layout, delivery_time_ms, drain, partition_names
 from tests.integration.replication_helpers import replicate as step
 from tests.integration.replication_helpers import replicate_report as report
 from tests.integration.tenant_builders import drop_tenant, write_spec
@@ -61,8 +61,7 @@ def content(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def partitions(tenant: str, topics: dict[str, int]) -> Iterator[str]:
     for name, count in topics.items():
-        base = f"persistent://{tenant}/{name}"
-        yield from ([f"{base}-partition-{i}" for i in range(count)] if count else [base])
+        yield from partition_names(f"persistent://{tenant}/{name}", count)
 
 
 # Copies that take seconds, so a test can interrupt them: no delivery-time lookups, a small send window.

@@ -41,7 +41,13 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import kill_at_fault_point, unique
 from tests.integration.lookup_helpers import TOKEN, LookupProcess, start_service
-from tests.integration.replication_helpers import client, create_layout, replicate, replicate_report
+from tests.integration.replication_helpers import (
+    client,
+    create_layout,
+    partition_names,
+    replicate,
+    replicate_report,
+)
 from tests.integration.tenant_builders import write_spec
 from tests.integration.test_replicate_geo import teardown
 from tests.integration.test_sync_progress import SUBSCRIPTIONS as ACK_PATTERNS
@@ -241,7 +247,7 @@ def broker_ports_of(clients: Clients, admin: PulsarAdmin) -> dict[str, int | Non
     remote = {c.laddr.port: c.raddr.port for c in psutil.Process().net_connections(kind="tcp") if c.raddr}
     seen: dict[str, int | None] = {}
     for topic, partitions in ((p.topic, 2 if p.topic.endswith("orders") else 0) for p in clients.producers):
-        for name in [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]:
+        for name in partition_names(topic, partitions):
             stats = admin.get(f"/persistent/{name.removeprefix('persistent://')}/stats")
             for producer in stats["publishers"]:
                 seen[f"{producer['producerName']}@{name}"] = remote.get(int(producer["address"].rsplit(":", 1)[1]))
@@ -275,7 +281,7 @@ def stored(cluster: LocalCluster, topic: str, partitions: int) -> list[list[str]
     c = pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
         out = []
-        for name in ([f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]):
+        for name in partition_names(topic, partitions):
             reader = c.create_reader(name, pulsar.MessageId.earliest)
             payloads = []
             while reader.has_message_available():
@@ -296,7 +302,7 @@ def stored_twice_evidence(cluster_a: LocalCluster, cluster_b: LocalCluster, topi
     for side, cluster in (("source", cluster_a), ("target", cluster_b)):
         c = pulsar.Client(cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         try:
-            for name in ([f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]):
+            for name in partition_names(topic, partitions):
                 reader = c.create_reader(name, pulsar.MessageId.earliest)
                 while reader.has_message_available():
                     m = reader.read_next(10_000)
