@@ -34,7 +34,7 @@ os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] 
 MODULE_SECONDS = {
     "tests/integration/test_cluster_c.py": 446, "tests/integration/test_sync_progress.py": 285,
     "tests/dags/test_authenticated_migration.py": 279, "tests/integration/test_copy_chunked_engine.py": 277,
-    "tests/integration/test_tls.py": 234, "tests/integration/test_switch_live.py": 235,
+    "tests/integration/test_tls.py": 234, "tests/integration/test_switch_live.py": 250,
     "tests/integration/test_sync_metadata.py": 199, "tests/integration/test_two_brokers.py": 179,
     "tests/integration/test_airflow_ui.py": 179, "tests/integration/test_copy_engine.py": 173,
     "tests/integration/test_replicate_topics.py": 165, "tests/integration/test_rollback_live.py": 170,

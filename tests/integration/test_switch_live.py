@@ -651,7 +651,8 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
     cluster-b's after the switch, on cluster-a's again after the rollback; the Java client never on a plain broker
     port). The first rollback run is SIGKILLed after its catch-up; the next one finishes it. Then the tenant is
     migrated again by a run continuing the rolled-back one and the clients switched to the target once more (the
-    target then holds every acknowledged send once, in order). Copy mode's cutover and rollback are in
+    target then holds every acknowledged send once, in order), and back by that run's rollback (the source then
+    does). Copy mode's cutover and rollback are in
     test_rollback_live. Before the switch, the same migration judges sync_progress in geo mode
     on quiet topics (judge_geo_progress)."""
     live = live_over_tls
@@ -690,15 +691,26 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         # Migrating again (both sides replicate to each other since the rollback): a run that does not continue
         # the rolled-back one fails naming the way out; one that does pairs only what the source got since, and
         # the clients move to the target again.
-        again_from, _ = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
+        again_from, again_args = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
         assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
+        clients.settle()
+        for p in clients.producers:  # they published on the source after the rollback, and on the target again
+            assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
+        judge_all_stored_on(clients, cluster_b)
+        assert stored(cluster_b, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+        clients.resume()
+
+        # ... and back once more by the continuing run's rollback (both sides replicate to each other already).
+        back_again = roll_back_live(clients, again_args, live["tmp"] / "run-again")
+        assert back_again.code == 0, back_again.report.get("error")
+        assert back_again.report["details"]["route_after"] == cluster_a.name
+        assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
+        log.info("second rollback (geo mode): hold %ss", back_again.report["details"]["hold_s"])
     finally:
         clients.finish()
-    for p in clients.producers:  # they published on the source after the rollback, and on the target again
-        assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
-    judge_all_stored_on(clients, cluster_b)
-    assert stored(cluster_b, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    judge_back_on_source(clients, cluster_a, back_again.on_target_from)
+    assert stored(cluster_a, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports
