@@ -90,11 +90,28 @@ def test_a_rolled_back_run_seeds_its_map_and_its_rollbacks_swapped_once(tmp_path
     assert again["map_rows_seeded"] == 5 and len(posmap.part_files(str(now))) == 1  # once; the count kept
 
 
+def test_a_run_continued_already_is_refused_to_any_other_run(tmp_path: Path) -> None:
+    earlier = rolled_back_run(tmp_path)
+    follows.seed(spec(str(earlier)), str(tmp_path / "second"), {}, dry_run=False)
+    assert json.loads((earlier / "continued_by.json").read_text()) == {"run_dir": str(tmp_path / "second")}
+    with pytest.raises(BadInput, match=r"was continued by the run in .*second already: continue from the latest"):
+        follows.seed(spec(str(earlier)), str(tmp_path / "third"), {}, dry_run=True)
+    assert not (tmp_path / "third").exists()
+    (tmp_path / "second" / "position_map" / follows.SEEDED_MARKER).unlink()  # killed before its marker: a retry
+    follows.seed(spec(str(earlier)), str(tmp_path / "second"), {}, dry_run=False)
+    assert len(pairs(tmp_path / "second")) == 5
+    shutil.rmtree(tmp_path / "second")  # a continuing run given up before its seeding took the map
+    (tmp_path / "second").mkdir()
+    follows.seed(spec(str(earlier)), str(tmp_path / "third"), {}, dry_run=False)
+    assert len(pairs(tmp_path / "third")) == 5
+
+
 def test_a_rollback_that_failed_only_in_its_probe_or_found_itself_done_counts_as_rolled_back(tmp_path: Path) -> None:
     earlier = rolled_back_run(tmp_path)
     report(earlier, "rollback_lookup", verdict="failed", route_after="a")  # flipped back, then the probe failed
     follows.seed(spec(str(earlier)), str(tmp_path / "now"), {}, dry_run=False)
     report(earlier, "rollback_lookup", verdict="failed", already_rolled_back=True)  # a re-run, probe failed
+    (earlier / "continued_by.json").unlink()
     follows.seed(spec(str(earlier)), str(tmp_path / "then"), {}, dry_run=False)
     assert pairs(tmp_path / "now") == pairs(tmp_path / "then") and len(pairs(tmp_path / "now")) == 5
 

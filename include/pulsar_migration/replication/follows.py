@@ -11,7 +11,8 @@ leaves all of it or none); from its end on, the run copies (or pairs) what the s
 and sync_progress translates every position through it.
 
 The earlier run must not have left the clients on the target: a run that switched and was not rolled back is
-refused, as are run dirs of another tenant or cluster pair.
+refused, as are run dirs of another tenant or cluster pair, and a run another one continues already (its
+`continued_by.json`): the later run's messages would be missing from the map.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SWITCH_STEP = "switch_lookup"
 ROLLBACK_STEP = "rollback_lookup"
 ROLLBACK_DIR = "rollback"
 SEEDED_MARKER = "_seeded_from_earlier_run.json"  # in the map's dir: readers skip "_" names
+CONTINUED_NOTE = "continued_by.json"  # in the earlier run dir: which run continues it
 
 
 def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
@@ -112,6 +114,14 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
     if marker.is_file():  # seeded by an earlier attempt of this run
         details["map_rows_seeded"] = json.loads(marker.read_text()).get("rows", 0)
         return None
+    continued = Path(rundir.local_path(earlier)) / CONTINUED_NOTE
+    if continued.is_file():
+        later = json.loads(continued.read_text()).get("run_dir")
+        # Only a run that took the map counts (one stopped before its seeding has nothing to continue).
+        if later and os.path.realpath(later) != os.path.realpath(rundir.local_path(run_dir)) \
+                and (Path(later) / posmap.POSITION_MAP_DATASET / SEEDED_MARKER).is_file():
+            raise BadInput(f"options.follows_run_dir {earlier} was continued by the run in {later} already: continue "
+                           "from the latest run of the tenant (that one, or one continuing it)")
     rows = earlier_rows(spec, earlier)
     if dry_run:
         details["map_rows_to_seed"] = len(rows)
@@ -123,6 +133,8 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
         return pd.concat([mapped, rows], ignore_index=True)
     # Rows an attempt of this run without the option mapped (partitions it verified) are the same pairs: readers
     # drop the duplicates. A kill before the marker only makes the next attempt append the rows again.
+    # The earlier run learns it was continued first: a later run naming it again would miss this one's messages.
+    continued.write_text(json.dumps({"run_dir": rundir.local_path(run_dir)}) + "\n")
     posmap.append_frame_local(run_dir, rows)
     marker.write_text(json.dumps({"follows_run_dir": earlier, "rows": len(rows)}) + "\n")
     details["map_rows_seeded"] = len(rows)
