@@ -16,7 +16,9 @@ the target: give the **run id** of that migration run (its run dir holds the pos
 3. **publish_rollback_lookup_report** logs the report (`RUN_DIR/rollback_lookup.json`) and fails when the
    step did.
 
-Nothing is deleted: the target keeps its copy. **Retries are safe**: the step is idempotent (a re-run after
+Nothing is deleted: the target keeps its copy. To migrate the tenant again later, trigger
+`pulsar_tenant_migration` with *Continue from run* set to the same migration run id: the new run takes this
+run's position maps and copies only what the source got since. **Retries are safe**: the step is idempotent (a re-run after
 the flip back only probes); refused input (exit 2: no such run, no switch to roll back) fails at once.
 """
 
