@@ -18,8 +18,10 @@ the target: give the **run id** of that migration run (its run dir holds the pos
 
 Nothing is deleted: the target keeps its copy. To migrate the tenant again later, trigger
 `pulsar_tenant_migration` with *Continue from run* set to the same migration run id: the new run takes this
-run's position maps and copies only what the source got since. **Retries are safe**: the step is idempotent (a re-run after
-the flip back only probes); refused input (exit 2: no such run, no switch to roll back) fails at once.
+run's position maps and copies only what the source got since.
+
+**Retries are safe**: the step is idempotent (a re-run after the flip back only probes); refused input (exit 2:
+no such run, no switch to roll back) fails at once.
 """
 
 from __future__ import annotations
