@@ -305,22 +305,29 @@ def run_dir_spark(uri: str) -> Iterator[SparkSession | None]:
 MIGRATION_DAG_ID = "pulsar_tenant_migration"
 
 
+def migration_run_spec(base: str, run_id: str, root: str | Path | None = None, spark: SparkSession | None = None,
+                       *, what: str = "") -> tuple[str, dict[str, Any]]:
+    """The run dir and spec document of the migration run `run_id`; ValueError (one line, starting with `what`)
+    when that run has no spec or its spec is not a JSON document."""
+    directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
+    try:
+        document = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
+    except (FileNotFoundError, OSError):
+        raise ValueError(f"{what}no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at {directory}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what}the spec of run {run_id!r} at {directory} is not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{what}the spec of run {run_id!r} at {directory} is not a spec document")
+    return directory, document
+
+
 def following(document: Mapping[str, Any], base: str, run_id: str, root: str | Path | None = None,
               spark: SparkSession | None = None) -> dict[str, Any]:
     """The spec document continuing the migration run `run_id` (options.follows_run_dir, checked by
     replicate_topics); ValueError (one line) when that run has no spec, or migrated another tenant or pair."""
-    directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
-    if not rundir.is_local(directory):
+    if not rundir.is_local(directory := run_dir(base, MIGRATION_DAG_ID, run_id, root=root)):
         raise ValueError(f"Continue from run: only a run in a local run dir can be continued, not {directory}")
-    try:
-        earlier = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
-    except (FileNotFoundError, OSError):
-        raise ValueError(f"Continue from run: no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at "
-                         f"{directory}") from None
-    except ValueError as exc:
-        raise ValueError(f"Continue from run: the spec of run {run_id!r} at {directory} is not JSON ({exc})") from None
-    if not isinstance(earlier, dict):
-        raise ValueError(f"Continue from run: the spec of run {run_id!r} at {directory} is not a spec document")
+    directory, earlier = migration_run_spec(base, run_id, root, spark, what="Continue from run: ")
     ours = tuple(document[k] for k in ("tenant", "source", "target"))
     theirs = tuple(earlier.get(k) for k in ("tenant", "source", "target"))
     if ours != theirs:
@@ -337,11 +344,7 @@ def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str
     (one line) when that run has no spec, or when its spec names token variables of other connections than the
     trigger's (the tokens would not reach the step), or (given the trigger's `connections` by id) a token file or
     OAuth2 credentials other than those connections name (the step would use the run's, not the trigger's)."""
-    directory = run_dir(base, MIGRATION_DAG_ID, run_id, root=root)
-    try:
-        document = json.loads(rundir.read_text(directory, SPEC_FILE, spark))
-    except (FileNotFoundError, OSError):
-        raise ValueError(f"no run {run_id!r} of {MIGRATION_DAG_ID} with a spec at {directory}") from None
+    directory, document = migration_run_spec(base, run_id, root, spark)
     wanted = {"source": params["source_conn"], "target": params["target_conn"]}
     for side, conn_id in wanted.items():
         name = document[side]

@@ -36,19 +36,18 @@ from pyspark.sql import SparkSession
 
 from tests.integration.lookup_helpers import LookupProcess
 from tests.integration.test_switch_live import (  # noqa: F401 (live: the fixture)
-    JAVA_CYCLE,
-    JAVA_REPEAT,
     Clients,
     carried_on,
-    judge_all_stored_on,
+    judge_back_again,
     judge_back_on_source,
+    judge_migrated_again,
     judge_the_cutover,
     live,
     live_spec,
     migrate,
     migrate_again,
+    roll_back_again,
     roll_back_live,
-    stored,
     switch_with_java_publishing,
     unload_floor,
 )
@@ -116,23 +115,14 @@ def test_copy_cutover_after_a_failed_switch_then_rollback_loses_nothing_either_w
         # 4. Migrating again, the clients going on at the source.
         again_from, again_args = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
-        clients.settle()
-        for p in clients.producers:  # they published on the source after the rollback, and on the target again
-            assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
-        judge_all_stored_on(clients, cluster_b)
-        assert stored(cluster_b, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
-        clients.resume()
+        judge_migrated_again(live, cluster_b, clients, back, again_from)
 
         # 5. ... and back once more: the continuing run's map (the first run's and its rollback's) serves its
         # rollback as the first run's did.
-        back_again = roll_back_live(clients, again_args, live["tmp"] / "run-again")
-        assert back_again.code == 0, back_again.report.get("error")
-        assert back_again.report["details"]["route_after"] == cluster_a.name
-        log.info("second rollback: hold %ss", back_again.report["details"]["hold_s"])
+        back_again = roll_back_again(live, cluster_a, clients, again_args)
     finally:
         if bypass_open:
             bypass.close()
         clients.finish()
-    judge_back_on_source(clients, cluster_a, back_again.on_target_from)
-    assert stored(cluster_a, f"persistent://{tenant}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    judge_back_again(live, cluster_a, clients, back_again)
 

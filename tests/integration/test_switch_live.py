@@ -543,6 +543,9 @@ def judge_all_stored_on(clients: Clients, cluster: LocalCluster) -> None:
         assert not sent[c.topic] - {payload for payload, _ in c.received}, c.subscription
 
 
+AGAIN_RUN_DIR = "run-again"  # the run dir of migrate_again's run, in the live tenant's tmp dir
+
+
 def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clients, *,
                   fresh_fails: bool) -> tuple[dict[str, int], list[str]]:
     """After the rollback, the clients on the source: a new run that continues the rolled-back one migrates what
@@ -560,7 +563,7 @@ def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clie
 
     doc = json.loads(spec.read_text())
     doc["options"]["follows_run_dir"] = str(run_dir)
-    second_spec, second = live["tmp"] / "spec-again.json", live["tmp"] / "run-again"
+    second_spec, second = live["tmp"] / "spec-again.json", live["tmp"] / AGAIN_RUN_DIR
     second_spec.write_text(json.dumps(doc))
     marks = carried_on(clients, "at the source before the second migration")
     migrate(second_spec, second)
@@ -574,6 +577,38 @@ def migrate_again(live: dict[str, Any], spec: Path, run_dir: Path, clients: Clie
     assert report["details"]["route_after"] == cluster_b
     log.info("second switch: hold %ss, phases %s", report["details"]["hold_s"], report["details"]["phases_s"])
     return marks, ["--spec", str(second_spec), "--run-dir", str(second)]
+
+
+def judge_migrated_again(live: dict[str, Any], cluster_b: LocalCluster, clients: Clients, back: RollbackRun,
+                         again_from: dict[str, int]) -> None:
+    """With the clients on the target after migrate_again's switch: settled, they must have published on the
+    source after the rollback and on the target again, and the target must hold every acknowledged send of the
+    whole test once, in order, and the Java producer's cycle once (its copies on the source not copied back);
+    then they go on."""
+    clients.settle()
+    for p in clients.producers:
+        assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
+    judge_all_stored_on(clients, cluster_b)
+    assert stored(cluster_b, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    clients.resume()
+
+
+def roll_back_again(live: dict[str, Any], cluster_a: LocalCluster, clients: Clients,
+                    again_args: list[str]) -> RollbackRun:
+    """The rollback of migrate_again's run, the clients on the target: it must switch them back to the source."""
+    back_again = roll_back_live(clients, again_args, live["tmp"] / AGAIN_RUN_DIR)
+    assert back_again.code == 0, back_again.report.get("error")
+    assert back_again.report["details"]["route_after"] == cluster_a.name
+    log.info("second rollback: hold %ss", back_again.report["details"]["hold_s"])
+    return back_again
+
+
+def judge_back_again(live: dict[str, Any], cluster_a: LocalCluster, clients: Clients,
+                     back_again: RollbackRun) -> None:
+    """After roll_back_again, with the clients finished: the source holds every acknowledged send of the whole test
+    once, in order, and the Java producer's cycle once."""
+    judge_back_on_source(clients, cluster_a, back_again.on_target_from)
+    assert stored(cluster_a, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
 
 
 # Topics no live client touches, acked in test_sync_progress's patterns before the geo-mode migration, which
@@ -694,23 +729,14 @@ def test_live_cutover_in_geo_mode_and_back_with_clients_on_tls(
         again_from, again_args = migrate_again(live, spec, run_dir, clients, fresh_fails=True)
         carried_on(clients, "on the target after the second switch")
         assert_on_tls_port(clients, live["admin_b"], broker_tls_port(cluster_b.index))
-        clients.settle()
-        for p in clients.producers:  # they published on the source after the rollback, and on the target again
-            assert back.on_target_from[p.name] < again_from[p.name] < max(p.sent)
-        judge_all_stored_on(clients, cluster_b)
-        assert stored(cluster_b, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
-        clients.resume()
+        judge_migrated_again(live, cluster_b, clients, back, again_from)
 
         # ... and back once more by the continuing run's rollback (both sides replicate to each other already).
-        back_again = roll_back_live(clients, again_args, live["tmp"] / "run-again")
-        assert back_again.code == 0, back_again.report.get("error")
-        assert back_again.report["details"]["route_after"] == cluster_a.name
+        back_again = roll_back_again(live, cluster_a, clients, again_args)
         assert_on_tls_port(clients, live["admin_a"], broker_tls_port(cluster_a.index))
-        log.info("second rollback (geo mode): hold %ss", back_again.report["details"]["hold_s"])
     finally:
         clients.finish()
-    judge_back_on_source(clients, cluster_a, back_again.on_target_from)
-    assert stored(cluster_a, f"persistent://{live['tenant']}/ns/java", 0) == [JAVA_CYCLE * JAVA_REPEAT]
+    judge_back_again(live, cluster_a, clients, back_again)
     tls_ports = {broker_tls_port(c.index) for c in (cluster_a, cluster_b)}
     plain_ports = {c.broker_port for c in (cluster_a, cluster_b)}
     assert tls_ports <= cutover.java_ports and not plain_ports & cutover.java_ports, cutover.java_ports

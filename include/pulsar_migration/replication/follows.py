@@ -35,7 +35,7 @@ REPLICATE_STEP = "replicate_topics"
 # Named here, not imported: the switch imports replication (its catch-up and final delta are replicate runs).
 SWITCH_STEP = "switch_lookup"
 ROLLBACK_STEP = "rollback_lookup"
-ROLLBACK_DIR = "rollback"
+ROLLBACK_DIR = "rollback"  # the rollback's own run dir inside the migration's (switch.rollback takes it from here)
 SEEDED_MARKER = "_seeded_from_earlier_run.json"  # in the map's dir: readers skip "_" names
 CONTINUED_NOTE = "continued_by.json"  # in the earlier run dir: which run continues it
 
@@ -108,7 +108,8 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
                        "needs one too)")
     if not rundir.is_local(run_dir):
         raise BadInput(f"options.follows_run_dir needs a local run dir for this run too: {run_dir}")
-    if os.path.realpath(rundir.local_path(earlier)) == os.path.realpath(rundir.local_path(run_dir)):
+    here = os.path.realpath(rundir.local_path(run_dir))
+    if os.path.realpath(rundir.local_path(earlier)) == here:
         raise BadInput(f"options.follows_run_dir names this run's own dir {run_dir}: name the earlier run's")
     marker = Path(rundir.local_path(posmap.location(run_dir))) / SEEDED_MARKER
     if marker.is_file():  # seeded by an earlier attempt of this run
@@ -118,7 +119,7 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
     if continued.is_file():
         later = json.loads(continued.read_text()).get("run_dir")
         # Only a run that took the map counts (one stopped before its seeding has nothing to continue).
-        if later and os.path.realpath(later) != os.path.realpath(rundir.local_path(run_dir)) \
+        if later and os.path.realpath(later) != here \
                 and (Path(later) / posmap.POSITION_MAP_DATASET / SEEDED_MARKER).is_file():
             raise BadInput(f"options.follows_run_dir {earlier} was continued by the run in {later} already: continue "
                            "from the latest run of the tenant (that one, or one continuing it)")

@@ -34,6 +34,7 @@ from pathlib import Path
 from pulsar_migration import rundir
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.replication import posmap
+from pulsar_migration.replication.follows import ROLLBACK_DIR
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext
@@ -44,7 +45,6 @@ from pulsar_migration.switch.step import Phases, SwitchError, cutover, namespace
 log = logging.getLogger(__name__)
 
 STEP = "rollback_lookup"
-ROLLBACK_DIR = "rollback"
 
 
 def reverse_spec(spec: MigrationSpec) -> MigrationSpec:
