@@ -600,6 +600,10 @@ def target_last(task: PartitionTask) -> Position | None:
 # survives unloads and the trimming of consumed ledgers and goes with the topic when it is deleted. Its value names
 # the source cluster (for whoever finds it).
 COPY_TARGET_PROPERTY = "pulsar-migration.copy-target"
+# The same on the source partition, value the target cluster: a rollback copies back into it, and after the switch's
+# unload a partition no subscription holds (readers only, no retention) has its ledgers trimmed, so only this tells
+# it from one deleted and created again.
+COPY_SOURCE_PROPERTY = "pulsar-migration.copy-source"
 
 
 def resume_point(task: PartitionTask, *, mark: bool = False) -> Position | None:
@@ -614,6 +618,8 @@ def resume_point(task: PartitionTask, *, mark: bool = False) -> Position | None:
         check_same_target(task, last)
     elif mark and job.upper is not None and job.upper != task.map_source:
         mark_target(task, empty=last is None)
+        if task.map_source is None:  # the partition's first map rows follow
+            mark_partition(task.src_admin, job.topic, COPY_SOURCE_PROPERTY, task.tgt_admin.name)
     resumed = last_copied(task.tgt_admin, task.tgt_client, job.topic, task.map_target, task.map_source,
                           known=(last,))
     resume_after = resumed.position if resumed else None
@@ -634,7 +640,8 @@ def check_same_target(task: PartitionTask, last: Position | None) -> None:
     tells a topic whose consumed ledgers were trimmed from one deleted and created again since: copied into from
     the map's end, a recreated topic would verify while everything before that end is missing."""
     job = task.job
-    if COPY_TARGET_PROPERTY in target_properties(task.tgt_admin, job.topic):
+    # A rollback's target is the migration's source: marked as copied from (COPY_SOURCE_PROPERTY).
+    if {COPY_TARGET_PROPERTY, COPY_SOURCE_PROPERTY} & set(target_properties(task.tgt_admin, job.topic)):
         return
     raise ReadError(f"{job.topic} on the target is not the topic the position map describes (the map ends at "
                     f"its entry {task.map_target}, the topic's last entry is {last or 'none'} and it lacks the "
@@ -645,9 +652,14 @@ def check_same_target(task: PartitionTask, last: Position | None) -> None:
 def mark_target(task: PartitionTask, *, empty: bool = False) -> None:
     """Marks the target partition as copied into (once: one read when it already is), before any map row of it.
     An `empty` partition (a first copy, mostly) is marked without the read: setting the mark again is harmless."""
-    admin, topic = task.tgt_admin, task.job.topic
-    if empty or COPY_TARGET_PROPERTY not in target_properties(admin, topic):
-        admin.put(f"{admin.topic_path(topic)}/properties", {COPY_TARGET_PROPERTY: task.src_admin.name})
+    mark_partition(task.tgt_admin, task.job.topic, COPY_TARGET_PROPERTY, task.src_admin.name, known_absent=empty)
+
+
+def mark_partition(admin: PulsarAdmin, topic: str, mark: str, value: str, *, known_absent: bool = False) -> None:
+    """Sets the managed-ledger property `mark` unless the partition has it (a read first, unless `known_absent`).
+    The broker merges the given properties into the ledger's own."""
+    if known_absent or mark not in target_properties(admin, topic):
+        admin.put(f"{admin.topic_path(topic)}/properties", {mark: value})
 
 
 def target_properties(admin: PulsarAdmin, topic: str) -> dict[str, str]:
