@@ -48,7 +48,8 @@ MODULE_SECONDS = {
     "tests/dags/test_smoke_dag.py": 35, "tests/integration/test_lookup_service.py": 30,
     "tests/integration/test_replicate_many_topics.py": 26, "tests/dags/test_migration_dag.py": 22,
     "tests/integration/test_engine_heap.py": 17, "tests/unit/test_positions_properties.py": 16,
-    "tests/integration/test_trim_risk.py": 15,
+    "tests/integration/test_trim_risk.py": 15, "tests/dags/test_rollback_dag.py": 150,
+    "tests/integration/test_cleanup_source.py": 55,
 }
 
 

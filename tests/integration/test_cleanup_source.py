@@ -109,3 +109,64 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
         admin_a.close()
         admin_b.close()
         os.environ.pop("PM_TEST_LOOKUP_TOKEN", None)
+
+
+def test_cleanup_verifies_a_source_whose_consumed_ledgers_were_trimmed(
+        cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copy mode, no retention: the subscription acknowledged the source's first ledger before the switch, and the
+    broker trimmed it. The source then starts at its second ledger while the target holds both: cleanup must
+    compare the source with the target's copies of the same entries (the position map), not with the target's
+    first messages."""
+    admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
+    admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
+    tenant = unique("it-cleanup-trim")
+    topic = f"persistent://{tenant}/ns/t"
+    service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
+    monkeypatch.setenv("PM_TEST_LOOKUP_TOKEN", TOKEN)
+    try:
+        admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
+        admin_a.put(f"/namespaces/{tenant}/ns")
+        c = client(cluster_a)
+        consumer = c.subscribe(topic, "s")
+        producer = c.create_producer(topic, batching_enabled=False)
+        for i in range(20):
+            producer.send(f"first-{i}".encode())
+        producer.close()
+        admin_a.put(f"{admin_a.topic_path(topic)}/unload")  # the next message starts the second ledger
+        producer = c.create_producer(topic, batching_enabled=False)
+        for i in range(20):
+            producer.send(f"second-{i}".encode())
+        producer.close()
+        assert len(admin_a.get(f"{admin_a.topic_path(topic)}/internalStats")["ledgers"]) >= 2
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
+                          lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
+        run_dir = tmp_path / "run"
+        args = ["--spec", str(spec), "--run-dir", str(run_dir)]
+        assert run_step("sync_metadata", sync_metadata, args) == 0
+        assert replicate(spec, run_dir) == 0
+        assert sync(spec, run_dir) == 0
+        for _ in range(20):  # the first ledger, acknowledged on the source before the switch
+            consumer.acknowledge(consumer.receive(10_000))
+        consumer.close()
+        c.close()
+        assert run_step("switch_lookup", switch, args) == 0
+        admin_a.put(f"{admin_a.topic_path(topic)}/unload")
+        admin_a.post(f"{admin_a.topic_path(topic)}/trim")
+        assert [m["data"] for m in drain(cluster_a, topic)] == [f"second-{i}".encode() for i in range(20)]
+        assert len(drain(cluster_b, topic)) == 40
+
+        assert cleanup(spec, run_dir, "--dry-run") == 0, json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+        assert json.loads((run_dir / f"{STEP}.json").read_text())["counts"]["messages_verified"] == 20
+        # A message the target never got (published at the source behind the lookup service's back): refused.
+        c = client(cluster_a)
+        c.create_producer(topic, batching_enabled=False).send(b"stray")
+        c.close()
+        assert cleanup(spec, run_dir, "--dry-run") == 1
+        error = json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+        assert "does not hold the source's 21 message(s) (read from its copy of the source's first entry" in error
+    finally:
+        service.stop()
+        teardown(tenant, admin_a, admin_b, cluster_a.name)
+        admin_a.close()
+        admin_b.close()

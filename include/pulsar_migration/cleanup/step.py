@@ -4,9 +4,10 @@ Order, each refusal one line and nothing deleted:
 
 1. **preconditions**: switch_lookup reported ok in this run dir and the lookup service routes the tenant to
    the target.
-2. **re-verify**: for every selected partition, the source's messages equal the first messages of the
-   target's partition (count and the order-sensitive content hash replicate_topics uses; the target may
-   have more, written by clients since the switch).
+2. **re-verify**: for every selected partition, the source's messages equal the target's copies of the same
+   entries, read from where the position map puts the source's first entry (count and the order-sensitive
+   content hash replicate_topics uses; the target may have more, written by clients since the switch, and the
+   source fewer, its consumed ledgers trimmed by the broker).
 3. **no clients** on any selected source partition.
 4. **replication off on the source, without cascade**: a namespace that replicates to other clusters is
    set to replicate to the source only. That deletes topics on the *excluded* clusters only where the
@@ -27,10 +28,12 @@ import argparse
 import logging
 from typing import Any
 
+from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin, seg
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
+from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import ContentHash
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.report import StepReport, stable_hash
@@ -161,34 +164,69 @@ def preconditions(ctx: StepContext) -> bool:
 
 
 def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> None:
-    """The source's messages equal the target partition's first messages (count and content hash)."""
+    """The source's messages equal the target's copies of the same entries, in order (count and content hash).
+    The target's copies start where the position map puts the source's first entry: the broker trims a source's
+    ledgers once every subscription consumed them (no retention), so the source may start later than the target."""
     spec, report = ctx.spec, ctx.report
     src_client, tgt_client = spec.source_cluster.pulsar_client(), spec.target_cluster.pulsar_client()
     rows = []
     try:
+        sources: dict[str, tuple[ContentHash, Position | None]] = {}
         for topic in partitions:
             last = src_admin.last_message_id(topic)
-            source = ContentHash()
+            source, first = ContentHash(), None
             if int(last.get("entryId", -1)) >= 0:
                 upper = Position(int(last["ledgerId"]), int(last["entryId"]))
                 for message, info in read_range(src_client, topic, None, upper):
+                    first = first or info.first_chunk or info.position
                     source.add(message, new_entry=info.batch_index <= 0)
+            sources[topic] = (source, first)
+        starts = target_starts(ctx, {topic: first for topic, (_, first) in sources.items() if first is not None})
+        for topic, (source, first) in sources.items():
             target = ContentHash()
             if source.messages:
-                for message, info in read_range(tgt_client, topic, None):
+                for message, info in read_range(tgt_client, topic, None, inclusive_start=starts.get(topic)):
                     target.add(message, new_entry=info.batch_index <= 0)
                     if target.messages == source.messages:
                         break
             rows.append(f"{topic}|{source.messages}|{source.hexdigest}")
             if (target.messages, target.hexdigest) != (source.messages, source.hexdigest):
+                where = (f"from its copy of the source's first entry {first} at {starts[topic]}" if topic in starts
+                         else "from its first message")
                 raise CleanupError(f"{topic}: the target does not hold the source's {source.messages} message(s) "
-                                   f"(it starts with {target.messages} of hash {target.hexdigest[:12]}, source "
+                                   f"(read {where}: {target.messages} of hash {target.hexdigest[:12]}, source "
                                    f"{source.hexdigest[:12]}): nothing deleted")
             report.count("messages_verified", source.messages)
     finally:
         src_client.close()
         tgt_client.close()
     report.hashes["source"] = stable_hash(rows)
+
+
+def target_starts(ctx: StepContext, firsts: dict[str, Position]) -> dict[str, Position]:
+    """Per partition, the target entry the position map gives for the source entry in `firsts` (absent: the map
+    does not hold it; the target is then read from its first message)."""
+    if not firsts:
+        return {}
+    wanted = [(topic, p.ledger, p.entry) for topic, p in firsts.items()]
+    columns = ["topic", "source_ledger", "source_entry"]
+    if rundir.is_local(ctx.run_dir):
+        frame = posmap.read_local(ctx.run_dir, list(firsts))
+        if frame is None:
+            return {}
+        frame = frame.merge(pandas_frame(wanted, columns), on=columns)
+    else:
+        position_map = posmap.read_map(ctx.spark, ctx.run_dir)
+        if position_map is None:
+            return {}
+        frame = position_map.join(ctx.spark.createDataFrame(wanted, columns), on=columns).toPandas()
+    return {row.topic: Position(int(row.target_ledger), int(row.target_entry)) for row in frame.itertuples()}
+
+
+def pandas_frame(rows: list[tuple], columns: list[str]) -> Any:
+    import pandas as pd  # not at import: every step imports this package
+
+    return pd.DataFrame(rows, columns=columns)
 
 
 def replication_changes(ctx: StepContext, src: PulsarAdmin, tgt: PulsarAdmin, namespaces: list[str]) -> list[str]:
