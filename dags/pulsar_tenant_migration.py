@@ -100,13 +100,10 @@ with DAG(
         **dag_params.lookup_param(
             "Airflow connection id of the lookup service the tenant's clients use as their service URL "
             "(host/port/schema = its URL, password = its admin token); switch_lookup flips the tenant's route there."),
-        "confirm_cleanup": Param(False, type="boolean", title="Confirm cleanup", section="Cleanup",
-                                 description="Delete the tenant's topics and namespaces on the source after the "
-                                             "verified switch. Off: cleanup_source only verifies and lists what it "
-                                             "would delete. The target is never touched."),
-        "delete_tenant": Param(False, type="boolean", title="Delete the tenant", section="Cleanup",
-                               description="With Confirm cleanup: also delete the tenant itself on the source once "
-                                           "nothing of it is left there."),
+        **dag_params.cleanup_params(
+            "Delete the tenant's topics and namespaces on the source right after the verified switch (no rollback is "
+            "possible afterwards). Off: cleanup_source only verifies and lists what it would delete; clean up later "
+            "with pulsar_source_cleanup. The target is never touched."),
         **dag_params.dry_run_param(),
         "follows_run_id": Param(None, type=["null", "string"], minLength=1, title="Continue from run",
                                 section="Behaviour",

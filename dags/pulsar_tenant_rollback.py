@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 from pulsar_migration import dag_params, dag_support
-from pulsar_migration.dag_tasks import rollback_spec_task, step_tasks
+from pulsar_migration.dag_tasks import step_tasks, switched_run_spec_task
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,9 +41,9 @@ with DAG(
     doc_md=__doc__,
     tags=["pulsar", "migration", "rollback"],
     params={
-        "migration_run_id": Param(type="string", minLength=1, title="Migration run id", section="What to roll back",
-                                  description="The run id of the pulsar_tenant_migration run whose switch to undo "
-                                              "(e.g. manual__2026-11-23T08:00:00+00:00)."),
+        **dag_params.migration_run_param(
+            "What to roll back", "The run id of the pulsar_tenant_migration run whose switch to undo "
+                                 "(e.g. manual__2026-11-23T08:00:00+00:00)."),
         **dag_params.cluster_params(
             source_help="The connection that migration run used for its source (the clients go back there).",
             target_help="The connection that migration run used for its target."),
@@ -53,5 +53,5 @@ with DAG(
     user_defined_macros=dag_support.macros(PROJECT_ROOT),
     max_active_runs=1,
 ):
-    spec = rollback_spec_task(PROJECT_ROOT)
+    spec = switched_run_spec_task(PROJECT_ROOT, "rolling back")
     step_tasks("rollback_lookup", PROJECT_ROOT, upstream=spec)

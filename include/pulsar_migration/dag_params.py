@@ -101,3 +101,19 @@ def window_params(required: bool) -> dict[str, Param]:
         "window_end": Param(**kind, title="Window end", section="Window",
                             description="Publish time the window stops before (exclusive)." + hint),
     }
+
+
+def migration_run_param(section: str, description: str) -> dict[str, Param]:
+    """The run id of an earlier pulsar_tenant_migration run; no default, so the form cannot be sent without it."""
+    return {"migration_run_id": Param(type="string", minLength=1, title="Migration run id", section=section,
+                                      description=description)}
+
+
+def cleanup_params(confirm_help: str) -> dict[str, Param]:
+    return {
+        "confirm_cleanup": Param(False, type="boolean", title="Confirm cleanup", section="Cleanup",
+                                 description=confirm_help),
+        "delete_tenant": Param(False, type="boolean", title="Delete the tenant", section="Cleanup",
+                               description="With Confirm cleanup: also delete the tenant itself on the source once "
+                                           "nothing of it is left there."),
+    }

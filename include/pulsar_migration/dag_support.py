@@ -337,10 +337,11 @@ def following(document: Mapping[str, Any], base: str, run_id: str, root: str | P
     return MigrationSpec.from_dict({**document, "options": options}).to_dict()
 
 
-def rollback_target(base: str, run_id: str, params: Mapping[str, Any], root: str | Path | None = None,
+def switched_run_target(base: str, run_id: str, params: Mapping[str, Any], root: str | Path | None = None,
                     spark: SparkSession | None = None, connections: Mapping[str, Any] | None = None
                     ) -> dict[str, str]:
-    """`{"spec_path", "run_dir"}` of the migration run `run_id`, whose switch rollback_lookup undoes. ValueError
+    """`{"spec_path", "run_dir"}` of the migration run `run_id`, whose switch rollback_lookup undoes (or whose
+    source cleanup_source removes, some time after that switch). ValueError
     (one line) when that run has no spec, or when its spec names token variables of other connections than the
     trigger's (the tokens would not reach the step), or (given the trigger's `connections` by id) a token file or
     OAuth2 credentials other than those connections name (the step would use the run's, not the trigger's)."""

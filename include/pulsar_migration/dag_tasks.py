@@ -81,14 +81,15 @@ def render_spec_task(project_root: str | Path) -> XComArg:
     return render_spec()
 
 
-def rollback_spec_task(project_root: str | Path) -> XComArg:
-    """`render_spec` of the rollback DAG: the spec and run dir of the migration run `migration_run_id`, whose
-    position map rollback_lookup needs. XCom as render_spec_task's; fails (no retry) with one line when that run
-    is unknown or used other connections."""
+def switched_run_spec_task(project_root: str | Path, doing: str) -> XComArg:
+    """`render_spec` of a DAG acting on an earlier migration run `migration_run_id` (the rollback DAG: rollback_lookup
+    needs its position map; the cleanup DAG: cleanup_source its switch and map): that run's spec and run dir. XCom
+    as render_spec_task's; fails (no retry) with one line when that run is unknown or used other connections.
+    `doing` names the action in the log ("rolling back")."""
 
     @task(task_id=SPEC_TASK_ID, retries=0)
     def render_spec() -> dict[str, str]:
-        """Finds the migration run to roll back and checks the trigger names its connections."""
+        """Finds the migration run and checks the trigger names its connections."""
         ctx = get_current_context()
         params = ctx["params"]
         base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
@@ -96,11 +97,11 @@ def rollback_spec_task(project_root: str | Path) -> XComArg:
             connections = {conn_id: BaseHook.get_connection(conn_id) for conn_id in connection_ids(params)}
             anchored = dag_support.anchored(base, project_root)
             with dag_support.run_dir_spark(anchored) as spark:
-                found = dag_support.rollback_target(base, params["migration_run_id"], params, root=project_root,
-                                                    spark=spark, connections=connections)
+                found = dag_support.switched_run_target(base, params["migration_run_id"], params, root=project_root,
+                                                        spark=spark, connections=connections)
         except (ValueError, AirflowNotFoundException) as exc:
             raise AirflowFailException(str(exc)) from None
-        log.info("rolling back run %s: spec %s", params["migration_run_id"], found["spec_path"])
+        log.info("%s run %s: spec %s", doing, params["migration_run_id"], found["spec_path"])
         return found
 
     return render_spec()

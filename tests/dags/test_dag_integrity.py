@@ -17,7 +17,7 @@ def dagbag() -> DagBag:
 
 # Every DAG file must be listed here: a file whose DAG silently fails to register is caught too.
 EXPECTED_DAGS = {"pulsar_smoke", "pulsar_tenant_migration", "pulsar_scheduled_backfill", "pulsar_archive_restore",
-                 "pulsar_tenant_rollback"}
+                 "pulsar_tenant_rollback", "pulsar_source_cleanup"}
 
 
 def test_no_import_errors(dagbag: DagBag) -> None:
@@ -104,6 +104,16 @@ def test_backfill_dags_shape(dagbag: DagBag) -> None:
     restore = dagbag.dags["pulsar_archive_restore"]
     assert not restore.timetable.can_be_scheduled
     assert set(restore.task_dict) == {"render_spec", "restore_window", "publish_restore_window_report"}
+
+
+def test_source_cleanup_dag_shape(dagbag: DagBag) -> None:
+    dag = dagbag.dags["pulsar_source_cleanup"]
+    assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
+    assert set(dag.task_dict) == {"render_spec", "cleanup_source", "publish_cleanup_source_report"}
+    step = dag.task_dict["cleanup_source"]
+    assert step.application.endswith("spark_jobs/cleanup_source.py") and step.dry_run_unless == "confirm_cleanup"
+    assert not dag.params.get_param("migration_run_id").has_value
+    assert dag.params.get_param("confirm_cleanup").value is False  # a dry run unless confirmed
 
 
 def test_rollback_dag_shape(dagbag: DagBag) -> None:

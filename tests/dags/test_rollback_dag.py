@@ -1,8 +1,8 @@
 """`dag.test()` of pulsar_tenant_rollback: on bad input, and in the round trip an operator makes through the UI:
-pulsar_tenant_migration switches a tenant's clients to cluster-b, pulsar_tenant_rollback switches them back, and
-pulsar_tenant_migration with *Continue from run* moves them to cluster-b again. Clients publish and acknowledge
-through the lookup service between the runs. The rollback engine itself, with clients running through each
-flip, is in tests/integration/test_rollback_live.py."""
+pulsar_tenant_migration switches a tenant's clients to cluster-b, pulsar_tenant_rollback switches them back,
+pulsar_tenant_migration with *Continue from run* moves them to cluster-b again, and pulsar_source_cleanup then
+removes the source's copy. Clients publish and acknowledge through the lookup service between the runs. The
+rollback engine itself, with clients running through each flip, is in tests/integration/test_rollback_live.py."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.integration.test_sync_progress import receive_expecting
 
 log = logging.getLogger(__name__)
 
-MIGRATION, ROLLBACK = "pulsar_tenant_migration", "pulsar_tenant_rollback"
+MIGRATION, ROLLBACK, CLEANUP = "pulsar_tenant_migration", "pulsar_tenant_rollback", "pulsar_source_cleanup"
 ORDERS, AUDIT = "ns/orders", "ns/audit"  # 2 partitions; not partitioned
 PARTITIONS = {ORDERS: 2, AUDIT: 0}
 SUBSCRIPTION = "auditor"  # on AUDIT: exclusive, so it receives in storage order
@@ -186,6 +186,20 @@ def test_migrated_rolled_back_and_migrated_again_through_the_dags(
             assert [m.data() for m in receive_expecting(consumer, len(audit) - 25)] == audit[25:]
         finally:
             c.close()
+        # Later, pulsar_source_cleanup: given the rolled-back run, it refuses at once (no retry) and names the run
+        # that migrated again; given that one, it deletes the tenant's topics and namespace on the source only.
+        refused, states = run_dag(CLEANUP, run_conf={"migration_run_id": first.run_id, "confirm_cleanup": True})
+        assert refused.state == "failed" and states["cleanup_source"] == "failed", states
+        error = json.loads((Path(xcom(refused, "render_spec")["run_dir"]) / "cleanup_source.json").read_text())["error"]
+        assert "was rolled back" in error and f"clean up after the run that migrated again, {rdir}" in error, error
+        assert sorted(admin_a.get(f"/namespaces/{tenant}/ns/topics")) != []
+        target_before = stored(cluster_b, tenant)
+        cleaned, states = run_dag(CLEANUP, run_conf={"migration_run_id": again.run_id, "confirm_cleanup": True})
+        assert cleaned.state == "success", failures(cleaned, states)
+        assert xcom(cleaned, "publish_cleanup_source_report")["counts"]["topics_deleted"] == 2
+        assert admin_a.get(f"/namespaces/{tenant}") == []  # topics and namespace gone (the tenant was not asked)
+        assert stored(cluster_b, tenant) == target_before
+        assert route(lookup_service, tenant) == cluster_b.name
         hold = json.loads((Path(xcom(back, "render_spec")["run_dir"]) / "rollback_lookup.json").read_text())
         log.info("round trip: %d map rows seeded; rollback hold %ss", details["map_rows_seeded"],
                  hold["details"].get("hold_s"))

@@ -158,21 +158,21 @@ def test_run_dir_spark_is_none_locally_and_reuses_an_active_session(spark: Any) 
     assert not spark.sparkContext._jsc.sc().isStopped()  # not ours to stop
 
 
-def test_rollback_target_finds_the_migration_run_and_checks_its_connections(tmp_path: Path) -> None:
+def test_switched_run_target_finds_the_migration_run_and_checks_its_connections(tmp_path: Path) -> None:
     run_id = "manual__2026-11-23T08:00:00+00:00"
     doc = spec_document(PARAMS, A, B)  # B's token travels in PULSAR_TOKEN_PULSAR_CLUSTER_B
     directory = dag_support.run_dir(str(tmp_path), dag_support.MIGRATION_DAG_ID, run_id)
     dag_support.write_spec(directory, doc)
     params = {"source_conn": A.conn_id, "target_conn": B.conn_id, "lookup_conn": "pulsar_lookup"}
-    assert dag_support.rollback_target(str(tmp_path), run_id, params) == {
+    assert dag_support.switched_run_target(str(tmp_path), run_id, params) == {
         "spec_path": f"{directory}/spec.json", "run_dir": directory}
     with pytest.raises(ValueError, match=r"^no run 'manual__nope' of pulsar_tenant_migration with a spec at "):
-        dag_support.rollback_target(str(tmp_path), "manual__nope", params)
+        dag_support.switched_run_target(str(tmp_path), "manual__nope", params)
     with pytest.raises(ValueError, match="PULSAR_TOKEN_PULSAR_CLUSTER_B, not through connection other_b"):
-        dag_support.rollback_target(str(tmp_path), run_id, {**params, "target_conn": "other_b"})
+        dag_support.switched_run_target(str(tmp_path), run_id, {**params, "target_conn": "other_b"})
 
 
-def test_rollback_target_checks_a_token_file_against_the_triggers_connection(tmp_path: Path) -> None:
+def test_switched_run_target_checks_a_token_file_against_the_triggers_connection(tmp_path: Path) -> None:
     run_id = "manual__2026-11-28T08:00:00+00:00"
     renewed = Conn("pulsar_cluster_b", port=8082, extra_dejson={
         "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "token_file": "/run/secrets/b.token"})
@@ -180,10 +180,10 @@ def test_rollback_target_checks_a_token_file_against_the_triggers_connection(tmp
     dag_support.write_spec(directory, spec_document(PARAMS, A, renewed))
     params = {"source_conn": A.conn_id, "target_conn": renewed.conn_id, "lookup_conn": "pulsar_lookup"}
     same = {A.conn_id: A, renewed.conn_id: renewed}
-    assert dag_support.rollback_target(str(tmp_path), run_id, params, connections=same)["run_dir"] == directory
+    assert dag_support.switched_run_target(str(tmp_path), run_id, params, connections=same)["run_dir"] == directory
     moved = Conn("pulsar_cluster_b", port=8082, extra_dejson={**renewed.extra_dejson, "token_file": "/other.token"})
     with pytest.raises(ValueError) as refused:
-        dag_support.rollback_target(str(tmp_path), run_id, params, connections={**same, moved.conn_id: moved})
+        dag_support.switched_run_target(str(tmp_path), run_id, params, connections={**same, moved.conn_id: moved})
     assert str(refused.value) == (f"run {run_id} reached its target cluster-b with the token in file "
                                   "/run/secrets/b.token, not through connection pulsar_cluster_b: trigger with that "
                                   "run's connections")

@@ -35,9 +35,11 @@ from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import ContentHash
+from pulsar_migration.replication.follows import continued_by, rolled_back
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.report import StepReport, stable_hash
-from pulsar_migration.stepjob import StepContext, StepFailed
+from pulsar_migration.spec import MigrationSpec
+from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 from pulsar_migration.switch.step import connected_clients, selected_partitions
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ def run(ctx: StepContext) -> None:
                                   "tenant": spec.tenant if getattr(ctx.args, "delete_tenant", False) else None}
         if ctx.dry_run:
             return
+        check_route(spec)
         before = target_fingerprint(tgt_admin, spec.tenant, namespaces)
         for ns in replication:
             src_admin.post(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/replication", [spec.source])
@@ -138,7 +141,8 @@ def delete_namespace(admin: PulsarAdmin, tenant: str, ns: str) -> None:
 
 
 def preconditions(ctx: StepContext) -> bool:
-    """True after a real, verified switch; False for a dry run after a planned one; CleanupError otherwise."""
+    """True after a real, verified switch; False for a dry run after a planned one; BadInput after its rollback;
+    CleanupError otherwise."""
     spec = ctx.spec
     try:
         switched = StepReport.read(ctx.run_dir, "switch_lookup")
@@ -150,17 +154,30 @@ def preconditions(ctx: StepContext) -> bool:
     if switched.verdict != "ok" or switched.dry_run:
         raise CleanupError(f"switch_lookup in {ctx.run_dir} is {switched.verdict}: nothing is deleted before a "
                            "verified switch")
-    if spec.lookup_url:
-        lookup = spec.lookup_admin()
-        try:
-            route = lookup.route(spec.tenant)["cluster"]
-        except LookupServiceError as exc:
-            raise CleanupError(str(exc)) from None
-        finally:
-            lookup.close()
-        if route != spec.target:
-            raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
+    back = rolled_back(ctx.run_dir, spec.source)
+    if back is not None:
+        later = continued_by(ctx.run_dir)
+        raise BadInput(f"the switch in {ctx.run_dir} was rolled back ({back.finished_at}): the clients went back to "
+                       "the source; " + (f"clean up after the run that migrated again, {later}" if later else
+                                         "migrate again (Continue from run) and clean up after that run"))
+    check_route(spec)
     return True
+
+
+def check_route(spec: MigrationSpec) -> None:
+    """The lookup service routes the tenant to the target (asked again right before deleting: a rollback started
+    meanwhile flips it back)."""
+    if not spec.lookup_url:
+        return
+    lookup = spec.lookup_admin()
+    try:
+        route = lookup.route(spec.tenant)["cluster"]
+    except LookupServiceError as exc:
+        raise CleanupError(str(exc)) from None
+    finally:
+        lookup.close()
+    if route != spec.target:
+        raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
 
 
 def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> None:

@@ -89,6 +89,26 @@ def _flipped(report: StepReport, to: str, already: str) -> bool:
     return report.details.get("route_after") == to or bool(report.details.get(already))
 
 
+def rolled_back(run_dir: str, source: str) -> StepReport | None:
+    """The rollback report of the migration run in `run_dir` when it flipped the route back to `source` after that
+    run's last switch (None: not rolled back, or switched again since)."""
+    back = _report(run_dir, ROLLBACK_STEP)
+    if back is None or not _flipped(back, source, "already_rolled_back"):
+        return None
+    switched = _report(run_dir, SWITCH_STEP)
+    return back if switched is None or (back.finished_at or "") >= (switched.finished_at or "") else None
+
+
+def continued_by(run_dir: str) -> str | None:
+    """The run dir of the run that continues the one in `run_dir` (its CONTINUED_NOTE), if any."""
+    if not rundir.is_local(run_dir):  # a continued run is local (seed refuses others)
+        return None
+    try:
+        return json.loads(rundir.read_text(run_dir, CONTINUED_NOTE)).get("run_dir")
+    except (OSError, ValueError):
+        return None
+
+
 def _report(run_dir: str, step: str) -> StepReport | None:
     try:
         return StepReport.read(run_dir, step)
@@ -115,14 +135,12 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
     if marker.is_file():  # seeded by an earlier attempt of this run
         details["map_rows_seeded"] = json.loads(marker.read_text()).get("rows", 0)
         return None
-    continued = Path(rundir.local_path(earlier)) / CONTINUED_NOTE
-    if continued.is_file():
-        later = json.loads(continued.read_text()).get("run_dir")
-        # Only a run that took the map counts (one stopped before its seeding has nothing to continue).
-        if later and os.path.realpath(later) != here \
-                and (Path(later) / posmap.POSITION_MAP_DATASET / SEEDED_MARKER).is_file():
-            raise BadInput(f"options.follows_run_dir {earlier} was continued by the run in {later} already: continue "
-                           "from the latest run of the tenant (that one, or one continuing it)")
+    later = continued_by(earlier)
+    # Only a run that took the map counts (one stopped before its seeding has nothing to continue).
+    if later and os.path.realpath(later) != here \
+            and (Path(later) / posmap.POSITION_MAP_DATASET / SEEDED_MARKER).is_file():
+        raise BadInput(f"options.follows_run_dir {earlier} was continued by the run in {later} already: continue "
+                       "from the latest run of the tenant (that one, or one continuing it)")
     rows = earlier_rows(spec, earlier)
     if dry_run:
         details["map_rows_to_seed"] = len(rows)
@@ -135,7 +153,8 @@ def seed(spec: MigrationSpec, run_dir: str, details: dict[str, Any], *, dry_run:
     # Rows an attempt of this run without the option mapped (partitions it verified) are the same pairs: readers
     # drop the duplicates. A kill before the marker only makes the next attempt append the rows again.
     # The earlier run learns it was continued first: a later run naming it again would miss this one's messages.
-    continued.write_text(json.dumps({"run_dir": rundir.local_path(run_dir)}) + "\n")
+    note = Path(rundir.local_path(earlier)) / CONTINUED_NOTE
+    note.write_text(json.dumps({"run_dir": rundir.local_path(run_dir)}) + "\n")
     posmap.append_frame_local(run_dir, rows)
     marker.write_text(json.dumps({"follows_run_dir": earlier, "rows": len(rows)}) + "\n")
     details["map_rows_seeded"] = len(rows)
