@@ -265,7 +265,7 @@ def run_demo(tenant: str) -> int:
         raise DemoError(f"the lookup service still routes {tenant} to {routed.get('cluster')} after the switch")
     sys.stdout.write(f"\nLookup service: {lookup_url} (clients' service URL; {tenant} -> {target.name} after the "
                      f"switch; admin token in {lookup_local.home() / 'admin_token'}). The source's copy was only "
-                     "verified: trigger again with confirm_cleanup to delete it.\n")
+                     "verified: run pulsar_source_cleanup with this run's id and confirm_cleanup to delete it.\n")
     out = var_dir() / "demo" / f"demo-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -249,7 +249,7 @@ def meaning(steps: Sequence[Mapping[str, Any]]) -> str:
         return "every step did its work and verified it"
     if planned == ["cleanup_source"]:
         return ("the tenant is moved and verified; the source still holds its copy (cleanup_source only planned: "
-                "trigger again with confirm_cleanup to delete it)")
+                "run pulsar_source_cleanup with this run's id and confirm_cleanup to delete it)")
     if not by_verdict.get("ok"):
         return "a dry run: every step planned, nothing was written to either cluster"
     return f"{', '.join(by_verdict['ok'])} done; {', '.join(planned)} only planned"

@@ -84,7 +84,8 @@ STEPS = migration_report.STEPS
     (["ok"] * 5, "every step did its work and verified it"),
     (["planned"] * 5, "a dry run: every step planned, nothing was written to either cluster"),
     (["ok"] * 4 + ["planned"], "the tenant is moved and verified; the source still holds its copy (cleanup_source "
-                               "only planned: trigger again with confirm_cleanup to delete it)"),
+                               "only planned: run pulsar_source_cleanup with this run's id and confirm_cleanup to "
+                               "delete it)"),
     (["ok", "ok", "planned", "planned", "planned"], "sync_metadata, replicate_topics done; sync_progress, "
                                                     "switch_lookup, cleanup_source only planned"),
     (["ok", "failed", "not run", "not run", "not run"], "replicate_topics failed: boom; the steps are idempotent: "
