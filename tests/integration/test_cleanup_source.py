@@ -114,57 +114,90 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
 def test_cleanup_verifies_a_source_whose_consumed_ledgers_were_trimmed(
         cluster_a: LocalCluster, cluster_b: LocalCluster, spark: SparkSession, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Copy mode, no retention: the subscription acknowledged the source's first ledger before the switch, and the
-    broker trimmed it. The source then starts at its second ledger while the target holds both: cleanup must
-    compare the source with the target's copies of the same entries (the position map), not with the target's
-    first messages."""
+    """Copy mode, no retention, unbatched messages. The subscription acknowledged the source's first ledger before
+    the switch and the broker trimmed it: the source then starts at its second ledger while the target holds both,
+    and cleanup compares the source with the target's copies of the same entries (the position map), not with the
+    target's first messages. Then the target's clients consume its first ledger and the broker trims that: the
+    copies gone there are counted, the rest compared. A stray source message and a target topic created again are
+    refused."""
     admin_a = PulsarAdmin(cluster_a.admin_url, name=cluster_a.name)
     admin_b = PulsarAdmin(cluster_b.admin_url, name=cluster_b.name)
     tenant = unique("it-cleanup-trim")
     topic = f"persistent://{tenant}/ns/t"
     service = start_service(tmp_path, [cluster_a, cluster_b], cluster_a)
     monkeypatch.setenv("PM_TEST_LOOKUP_TOKEN", TOKEN)
+
+    def send(cluster: LocalCluster, payloads: list[bytes]) -> None:
+        c = client(cluster)
+        producer = c.create_producer(topic, batching_enabled=False)
+        for payload in payloads:
+            producer.send(payload)
+        c.close()
+
+    def consume(cluster: LocalCluster, count: int) -> list[bytes]:
+        c = client(cluster)
+        consumer = c.subscribe(topic, "s")
+        got = [consumer.receive(10_000) for _ in range(count)]
+        for m in got:
+            consumer.acknowledge(m)
+        c.close()
+        return [m.data() for m in got]
+
+    def cleanup_report() -> dict:
+        return json.loads((run_dir / f"{STEP}.json").read_text())
+
+    first = [f"first-{i}".encode() for i in range(20)]
+    second = [f"second-{i}".encode() for i in range(20)]
     try:
         admin_a.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_a.name]})
         admin_a.put(f"/namespaces/{tenant}/ns")
-        c = client(cluster_a)
-        consumer = c.subscribe(topic, "s")
-        producer = c.create_producer(topic, batching_enabled=False)
-        for i in range(20):
-            producer.send(f"first-{i}".encode())
-        producer.close()
-        admin_a.put(f"{admin_a.topic_path(topic)}/unload")  # the next message starts the second ledger
-        producer = c.create_producer(topic, batching_enabled=False)
-        for i in range(20):
-            producer.send(f"second-{i}".encode())
-        producer.close()
-        assert len(admin_a.get(f"{admin_a.topic_path(topic)}/internalStats")["ledgers"]) >= 2
+        admin_a.put(f"/persistent/{tenant}/ns/t")
+        admin_a.put(f"/persistent/{tenant}/ns/t/subscription/s", {"ledgerId": -1, "entryId": -1})
+        send(cluster_a, first)
+        admin_a.put(f"{admin_a.topic_path(topic)}/unload")  # the next message starts the source's second ledger
+        send(cluster_a, second[:10])
         spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
                           lookup={"url": service.url, "token_env": "PM_TEST_LOOKUP_TOKEN"})
         run_dir = tmp_path / "run"
         args = ["--spec", str(spec), "--run-dir", str(run_dir)]
         assert run_step("sync_metadata", sync_metadata, args) == 0
         assert replicate(spec, run_dir) == 0
+        admin_b.put(f"{admin_b.topic_path(topic)}/unload")  # the next copies start the target's second ledger
+        send(cluster_a, second[10:])
+        assert replicate(spec, run_dir) == 0
         assert sync(spec, run_dir) == 0
-        for _ in range(20):  # the first ledger, acknowledged on the source before the switch
-            consumer.acknowledge(consumer.receive(10_000))
-        consumer.close()
-        c.close()
+        assert consume(cluster_a, 20) == first  # the source's first ledger, acknowledged before the switch
         assert run_step("switch_lookup", switch, args) == 0
         admin_a.put(f"{admin_a.topic_path(topic)}/unload")
         admin_a.post(f"{admin_a.topic_path(topic)}/trim")
-        assert [m["data"] for m in drain(cluster_a, topic)] == [f"second-{i}".encode() for i in range(20)]
-        assert len(drain(cluster_b, topic)) == 40
+        assert [m["data"] for m in drain(cluster_a, topic)] == second
+        assert [m["data"] for m in drain(cluster_b, topic)] == first + second
 
-        assert cleanup(spec, run_dir, "--dry-run") == 0, json.loads((run_dir / f"{STEP}.json").read_text())["error"]
-        assert json.loads((run_dir / f"{STEP}.json").read_text())["counts"]["messages_verified"] == 20
+        assert cleanup(spec, run_dir, "--dry-run") == 0, cleanup_report()["error"]
+        assert cleanup_report()["counts"]["messages_verified"] == 20
+
+        # After the switch the target's clients consume its first ledger (the copies of first-* and second-0..9);
+        # with deduplication off for a moment (its cursor holds the ledger until its next snapshot) it is trimmed.
+        assert consume(cluster_b, 10) == second[:10]
+        admin_b.post(f"/namespaces/{tenant}/ns/deduplication", False)
+        admin_b.put(f"{admin_b.topic_path(topic)}/unload")
+        admin_b.post(f"{admin_b.topic_path(topic)}/trim")
+        assert [m["data"] for m in drain(cluster_b, topic)] == second[10:]
+        assert cleanup(spec, run_dir, "--dry-run") == 0, cleanup_report()["error"]
+        counts = cleanup_report()["counts"]
+        assert (counts["messages_verified"], counts["messages_trimmed_on_target"]) == (10, 10)
+
         # A message the target never got (published at the source behind the lookup service's back): refused.
-        c = client(cluster_a)
-        c.create_producer(topic, batching_enabled=False).send(b"stray")
-        c.close()
+        send(cluster_a, [b"stray"])
         assert cleanup(spec, run_dir, "--dry-run") == 1
-        error = json.loads((run_dir / f"{STEP}.json").read_text())["error"]
-        assert "does not hold the source's 21 message(s) (read from its copy of the source's first entry" in error
+        assert "does not hold the source's 11 message(s) (read from its copy of the source's entry at" in (
+            cleanup_report()["error"])
+        # The target topic deleted and created again: it lacks the copy mark, so its emptiness proves nothing.
+        admin_b.delete(f"{admin_b.topic_path(topic)}", params={"force": "true"})
+        admin_b.put(f"/persistent/{tenant}/ns/t")
+        assert cleanup(spec, run_dir, "--dry-run") == 1
+        assert "lacks the pulsar-migration.copy-target mark" in cleanup_report()["error"]
+        assert [m["data"] for m in drain(cluster_a, topic)] == [*second, b"stray"]  # nothing deleted
     finally:
         service.stop()
         teardown(tenant, admin_a, admin_b, cluster_a.name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pulsar_migration import rundir
-from pulsar_migration.cleanup.step import target_starts
+from pulsar_migration.cleanup.step import first_copies_from, target_starts
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.posmap import MapRow
@@ -38,3 +38,21 @@ def test_the_map_gives_each_partitions_start_and_nothing_for_an_unmapped_entry(
     assert starts == {A: Position(90, 8), B: Position(91, 2)}
     assert target_starts(ctx, {A: Position(10, 9)}) == {}
     assert target_starts(types.SimpleNamespace(run_dir=str(tmp_path / "none"), spark=spark), {A: Position(10, 0)}) == {}
+
+
+@pytest.mark.parametrize("through_spark", [False, True])
+def test_the_first_copy_the_target_still_holds_is_found_per_partition(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, through_spark: bool) -> None:
+    run_dir = str(tmp_path / "run")
+    posmap.append_local(run_dir, [row(A, (10, i), (90, i)) for i in range(5)]
+                        + [row(A, (10, 5 + i), (95, i)) for i in range(3)]  # copied after the target rolled over
+                        + [row(B, (11, i), (91, i)) for i in range(5)])
+    if through_spark:
+        monkeypatch.setattr(rundir, "is_local", lambda uri: False)
+    ctx = types.SimpleNamespace(run_dir=run_dir, spark=spark)
+    # A holds from its second ledger on (the first trimmed), B from its entry 3; nothing at or after 92:0 is mapped.
+    found = first_copies_from(ctx, {A: Position(95, 0), B: Position(91, 3), "persistent://t/ns/c": Position(1, 0)})
+    assert found == {A: (Position(10, 5), Position(95, 0)), B: (Position(11, 3), Position(91, 3))}
+    assert first_copies_from(ctx, {A: Position(94, 7)}) == {A: (Position(10, 5), Position(95, 0))}
+    assert first_copies_from(ctx, {B: Position(92, 0)}) == {}
+    assert first_copies_from(ctx, {}) == {}

@@ -7,7 +7,8 @@ Order, each refusal one line and nothing deleted:
 2. **re-verify**: for every selected partition, the source's messages equal the target's copies of the same
    entries, read from where the position map puts the source's first entry (count and the order-sensitive
    content hash replicate_topics uses; the target may have more, written by clients since the switch, and the
-   source fewer, its consumed ledgers trimmed by the broker).
+   source fewer, its consumed ledgers trimmed by the broker). Copies the target itself trimmed since (consumed
+   there) are counted instead, on a partition carrying the copy's mark only.
 3. **no clients** on any selected source partition.
 4. **replication off on the source, without cascade**: a namespace that replicates to other clusters is
    set to replicate to the source only. That deletes topics on the *excluded* clusters only where the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pulsar_migration import rundir
@@ -36,6 +38,7 @@ from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import ContentHash
 from pulsar_migration.replication.follows import continued_by, rolled_back
+from pulsar_migration.replication.partition import COPY_TARGET_PROPERTY, target_properties
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.report import StepReport, stable_hash
 from pulsar_migration.spec import MigrationSpec
@@ -75,7 +78,7 @@ def run(ctx: StepContext) -> None:
         partitions = selected_partitions(ctx, src_admin)
         report.counts["partitions"] = len(partitions)
         if switched:
-            verify(ctx, src_admin, partitions)
+            verify(ctx, src_admin, tgt_admin, partitions)
         else:  # a dry run of the whole migration: nothing was copied, so there is nothing to verify yet
             report.details["verified"] = False
             report.details["note"] = "the switch only planned: the source is verified before any real deletion"
@@ -180,36 +183,51 @@ def check_route(spec: MigrationSpec) -> None:
         raise CleanupError(f"the lookup service routes {spec.tenant} to {route}, not to the target {spec.target}")
 
 
-def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> None:
+@dataclass
+class SourceRange:
+    """What the source holds of one partition now: its content hash, first and last entry (None: empty)."""
+
+    content: ContentHash
+    first: Position | None = None
+    upper: Position | None = None
+
+
+def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, partitions: list[str]) -> None:
     """The source's messages equal the target's copies of the same entries, in order (count and content hash).
     The target's copies start where the position map puts the source's first entry: the broker trims a source's
-    ledgers once every subscription consumed them (no retention), so the source may start later than the target."""
+    ledgers once every subscription consumed them (no retention), so the source may start later than the target.
+    The target trims its own the same way (its clients consume them after the switch): copies gone from a target
+    partition that carries the copy mark are counted, not compared (they were compared when copied), and the rest
+    is compared from the first copy it still holds."""
     spec, report = ctx.spec, ctx.report
     src_client, tgt_client = spec.source_cluster.pulsar_client(), spec.target_cluster.pulsar_client()
     rows = []
     try:
-        sources: dict[str, tuple[ContentHash, Position | None]] = {}
-        for topic in partitions:
-            last = src_admin.last_message_id(topic)
-            source, first = ContentHash(), None
-            if int(last.get("entryId", -1)) >= 0:
-                upper = Position(int(last["ledgerId"]), int(last["entryId"]))
-                for message, info in read_range(src_client, topic, None, upper):
-                    first = first or info.first_chunk or info.position
-                    source.add(message, new_entry=info.batch_index <= 0)
-            sources[topic] = (source, first)
-        starts = target_starts(ctx, {topic: first for topic, (_, first) in sources.items() if first is not None})
-        for topic, (source, first) in sources.items():
+        sources = {topic: read_source(src_admin, src_client, topic) for topic in partitions}
+        starts = target_starts(ctx, {topic: r.first for topic, r in sources.items() if r.first is not None})
+        held_from: dict[str, Position | None] = {}  # partitions whose target lost the copy at `start`
+        for topic, start in starts.items():
+            held = first_held(tgt_client, topic, start)
+            if held is None or held > start:
+                held_from[topic] = held
+        cuts = first_copies_from(ctx, {topic: held for topic, held in held_from.items() if held is not None})
+        for topic, r in sources.items():
+            rows.append(f"{topic}|{r.content.messages}|{r.content.hexdigest}")
+            source, start = r.content, starts.get(topic)
+            if topic in held_from:
+                require_copy_mark(tgt_admin, topic, start, held_from[topic])
+                cut = cuts.get(topic)
+                source = read_source(src_admin, src_client, topic, cut[0], r.upper).content if cut else ContentHash()
+                report.count("messages_trimmed_on_target", r.content.messages - source.messages)
+                start = cut[1] if cut else None
             target = ContentHash()
             if source.messages:
-                for message, info in read_range(tgt_client, topic, None, inclusive_start=starts.get(topic)):
+                for message, info in read_range(tgt_client, topic, None, inclusive_start=start):
                     target.add(message, new_entry=info.batch_index <= 0)
                     if target.messages == source.messages:
                         break
-            rows.append(f"{topic}|{source.messages}|{source.hexdigest}")
             if (target.messages, target.hexdigest) != (source.messages, source.hexdigest):
-                where = (f"from its copy of the source's first entry {first} at {starts[topic]}" if topic in starts
-                         else "from its first message")
+                where = f"from its copy of the source's entry at {start}" if start else "from its first message"
                 raise CleanupError(f"{topic}: the target does not hold the source's {source.messages} message(s) "
                                    f"(read {where}: {target.messages} of hash {target.hexdigest[:12]}, source "
                                    f"{source.hexdigest[:12]}): nothing deleted")
@@ -218,6 +236,64 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, partitions: list[str]) -> N
         src_client.close()
         tgt_client.close()
     report.hashes["source"] = stable_hash(rows)
+
+
+def read_source(admin: PulsarAdmin, client: Any, topic: str, start: Position | None = None,
+                upper: Position | None = None) -> SourceRange:
+    """The source partition's messages from `start` (inclusive; None: its first) up to `upper` (None: its last
+    entry now), hashed."""
+    if upper is None:
+        last = admin.last_message_id(topic)
+        if int(last.get("entryId", -1)) < 0:
+            return SourceRange(ContentHash())
+        upper = Position(int(last["ledgerId"]), int(last["entryId"]))
+    found = SourceRange(ContentHash(), upper=upper)
+    for message, info in read_range(client, topic, None, upper, inclusive_start=start):
+        found.first = found.first or info.first_chunk or info.position
+        found.content.add(message, new_entry=info.batch_index <= 0)
+    return found
+
+
+def first_held(client: Any, topic: str, start: Position) -> Position | None:
+    """The first entry a reader of the target partition is given from `start` on (None: none)."""
+    for _, info in read_range(client, topic, None, inclusive_start=start):
+        return info.first_chunk or info.position
+    return None
+
+
+def require_copy_mark(admin: PulsarAdmin, topic: str, start: Position | None, held: Position | None) -> None:
+    """A target partition that lost the copies from `start` must be the one copied into (the copy's mark): one
+    deleted and created again since holds none of them, and its source must not be deleted."""
+    if COPY_TARGET_PROPERTY not in target_properties(admin, topic):
+        raise CleanupError(f"{topic}: the target no longer holds the copies from {start} (it holds "
+                           f"{f'entries from {held}' if held else 'nothing'} from there) and "
+                           f"lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again, or geo mode with its "
+                           "retention run out): nothing deleted")
+
+
+def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, tuple[Position, Position]]:
+    """Per partition, the first map row (source entry, target entry) whose target entry is at or after the one in
+    `held_from` (absent: none is)."""
+    if not held_from:
+        return {}
+    columns = ["topic", "held_ledger", "held_entry"]
+    wanted = [(topic, p.ledger, p.entry) for topic, p in held_from.items()]
+    if rundir.is_local(ctx.run_dir):
+        frame = posmap.read_local(ctx.run_dir, list(held_from))
+        if frame is None:
+            return {}
+        frame = frame.merge(pandas_frame(wanted, columns), on="topic")
+    else:
+        position_map = posmap.read_map(ctx.spark, ctx.run_dir)
+        if position_map is None:
+            return {}
+        frame = position_map.join(ctx.spark.createDataFrame(wanted, columns), on="topic").where(
+            "target_ledger > held_ledger OR (target_ledger = held_ledger AND target_entry >= held_entry)").toPandas()
+    frame = frame[(frame.target_ledger > frame.held_ledger)
+                  | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry >= frame.held_entry))]
+    first = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").head(1)
+    return {row.topic: (Position(int(row.source_ledger), int(row.source_entry)),
+                        Position(int(row.target_ledger), int(row.target_entry))) for row in first.itertuples()}
 
 
 def target_starts(ctx: StepContext, firsts: dict[str, Position]) -> dict[str, Position]:
