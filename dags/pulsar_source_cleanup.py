@@ -17,6 +17,8 @@ trigger confirmed deletion.
    only**. Without *Confirm cleanup* it stops after the checks and lists what it would delete.
 3. **publish_cleanup_source_report** logs the report (`RUN_DIR/cleanup_source.json`, replacing the migration
    run's own) and fails when the step did.
+4. **write_migration_report**, after a cleanup that succeeded: the migration run's report again
+   (`RUN_DIR/report.html`, its report tab in the UI), now with this cleanup.
 
 **Retries are safe**: the step is idempotent (a re-run after a kill finishes the deletion; a tenant already gone
 after a verified switch is a finished cleanup); refused input (exit 2: no such run) fails at once.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 from pulsar_migration import dag_params, dag_support
-from pulsar_migration.dag_tasks import step_tasks, switched_run_spec_task
+from pulsar_migration.dag_tasks import report_task, step_tasks, switched_run_spec_task
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,5 +58,6 @@ with DAG(
     max_active_runs=1,
 ):
     spec = switched_run_spec_task(PROJECT_ROOT, "cleaning up the source of")
-    step_tasks("cleanup_source", PROJECT_ROOT, upstream=spec, dry_run_unless="confirm_cleanup",
-               flags={"delete_tenant": "--delete-tenant"})
+    _, published = step_tasks("cleanup_source", PROJECT_ROOT, upstream=spec, dry_run_unless="confirm_cleanup",
+                              flags={"delete_tenant": "--delete-tenant"})
+    report_task(upstream=published, of_migration_run=True)

@@ -200,15 +200,18 @@ def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_un
     return submit, published
 
 
-def report_task(upstream: Any) -> XComArg:
+def report_task(upstream: Any, *, of_migration_run: bool = False) -> XComArg:
     """`write_migration_report`: RUN_DIR/report.{json,md,html} from the steps' reports, whatever they did.
 
     Runs after every publish task (all_done), so a failed run gets its report too; then fails when the
     migration did, because as the DAG's last task its state decides the run's. XCom: the three locations
-    and the verdict.
+    and the verdict. `of_migration_run`: in a DAG acting on the migration run `migration_run_id` (the cleanup
+    DAG), the report is that run's, written again after the step succeeded (all_success), so its report tab
+    shows the later step's outcome.
     """
+    rule = TriggerRule.ALL_SUCCESS if of_migration_run else TriggerRule.ALL_DONE
 
-    @task(task_id=REPORT_TASK_ID, trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    @task(task_id=REPORT_TASK_ID, trigger_rule=rule, retries=0)
     def write_migration_report() -> dict[str, Any]:
         """Writes the migration report for people (plan counts, per-partition counts and hashes,
         per-subscription lost/duplicated, cutover hold and phases, cleanup, every step's time)."""
@@ -217,8 +220,11 @@ def report_task(upstream: Any) -> XComArg:
         if not rendered:
             raise AirflowFailException(f"no report: {SPEC_TASK_ID} did not succeed, so there is no run dir")
         run_dir = rendered["run_dir"]
+        dag_id, run_id = ctx["dag"].dag_id, ctx["run_id"]
+        if of_migration_run:
+            dag_id, run_id = dag_support.MIGRATION_DAG_ID, ctx["params"]["migration_run_id"]
         with dag_support.run_dir_spark(run_dir) as spark:
-            summary = migration_report.build(run_dir, dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"], spark=spark)
+            summary = migration_report.build(run_dir, dag_id=dag_id, run_id=run_id, spark=spark)
             written = migration_report.write(run_dir, summary, spark)
         log.info("migration report (%s: %s): %s", summary["verdict"], summary["meaning"], written["html"])
         log.info("lost %d, duplicated %d; steps: %s", summary["lost"], summary["duplicated"],

@@ -109,7 +109,9 @@ def test_backfill_dags_shape(dagbag: DagBag) -> None:
 def test_source_cleanup_dag_shape(dagbag: DagBag) -> None:
     dag = dagbag.dags["pulsar_source_cleanup"]
     assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
-    assert set(dag.task_dict) == {"render_spec", "cleanup_source", "publish_cleanup_source_report"}
+    assert set(dag.task_dict) == {"render_spec", "cleanup_source", "publish_cleanup_source_report",
+                                  "write_migration_report"}
+    assert dag.task_dict["write_migration_report"].trigger_rule == "all_success"  # the run's report, after a cleanup
     step = dag.task_dict["cleanup_source"]
     assert step.application.endswith("spark_jobs/cleanup_source.py") and step.dry_run_unless == "confirm_cleanup"
     assert not dag.params.get_param("migration_run_id").has_value

@@ -200,6 +200,10 @@ def test_migrated_rolled_back_and_migrated_again_through_the_dags(
         assert admin_a.get(f"/namespaces/{tenant}") == []  # topics and namespace gone (the tenant was not asked)
         assert stored(cluster_b, tenant) == target_before
         assert route(lookup_service, tenant) == cluster_b.name
+        # The migration run's report (its report tab) is written again with the cleanup.
+        summary = json.loads((rdir / "report.json").read_text())
+        assert (summary["run_id"], summary["verdict"]) == (again.run_id, "ok"), summary["meaning"]
+        assert xcom(cleaned, "write_migration_report")["verdict"] == "ok"
         hold = json.loads((Path(xcom(back, "render_spec")["run_dir"]) / "rollback_lookup.json").read_text())
         log.info("round trip: %d map rows seeded; rollback hold %ss", details["map_rows_seeded"],
                  hold["details"].get("hold_s"))
