@@ -14,7 +14,8 @@ trigger confirmed deletion.
    the same entries (counts and content hashes, through the run's position map), checks that no client uses the
    source, sets replication on the source to the source only (never with a cascade to the target), and deletes
    the tenant's topics and emptied namespaces there (the tenant too with *Delete the tenant*), on the **source
-   only**. Without *Confirm cleanup* it stops after the checks and lists what it would delete.
+   only**. Without *Confirm cleanup* it stops after the checks and lists what it would delete. Once it starts
+   deleting, `pulsar_tenant_rollback` refuses the run.
 3. **publish_cleanup_source_report** logs the report (`RUN_DIR/cleanup_source.json`, replacing the migration
    run's own) and fails when the step did.
 4. **write_migration_report**, after a cleanup that succeeded: the migration run's report again
@@ -54,7 +55,8 @@ with DAG(
             "what it would delete. The target is never touched."),
     },
     user_defined_macros=dag_support.macros(PROJECT_ROOT),
-    # One at a time: a cleanup must not race a rollback or another cleanup of the same run.
+    # One cleanup at a time. Against a rollback of the same run the step guards itself: the route is asked again
+    # right before deleting, and a marker in the run dir makes rollback_lookup refuse the run from then on.
     max_active_runs=1,
 ):
     spec = switched_run_spec_task(PROJECT_ROOT, "cleaning up the source of")

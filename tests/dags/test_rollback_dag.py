@@ -200,6 +200,11 @@ def test_migrated_rolled_back_and_migrated_again_through_the_dags(
         assert admin_a.get(f"/namespaces/{tenant}") == []  # topics and namespace gone (the tenant was not asked)
         assert stored(cluster_b, tenant) == target_before
         assert route(lookup_service, tenant) == cluster_b.name
+        # The cleaned-up run cannot be rolled back any more: refused at once, naming the cleanup.
+        late, states = run_dag(ROLLBACK, run_conf={"migration_run_id": again.run_id})
+        assert late.state == "failed" and states["rollback_lookup"] == "failed", states
+        assert "cleanup_source started deleting" in json.loads((rdir / "rollback_lookup.json").read_text())["error"]
+        assert route(lookup_service, tenant) == cluster_b.name
         # The migration run's report (its report tab) is written again with the cleanup.
         summary = json.loads((rdir / "report.json").read_text())
         assert (summary["run_id"], summary["verdict"]) == (again.run_id, "ok"), summary["meaning"]

@@ -26,7 +26,11 @@ Order, each refusal one line and nothing deleted:
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +41,8 @@ from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import ContentHash
-from pulsar_migration.replication.follows import continued_by, rolled_back
-from pulsar_migration.replication.partition import COPY_TARGET_PROPERTY, target_properties
+from pulsar_migration.replication.follows import CLEANUP_STARTED, continued_by, rolled_back
+from pulsar_migration.replication.partition import COPY_SOURCE_PROPERTY, COPY_TARGET_PROPERTY, target_properties
 from pulsar_migration.replication.reading import read_range
 from pulsar_migration.report import StepReport, stable_hash
 from pulsar_migration.spec import MigrationSpec
@@ -98,6 +102,9 @@ def run(ctx: StepContext) -> None:
                                   "tenant": spec.tenant if getattr(ctx.args, "delete_tenant", False) else None}
         if ctx.dry_run:
             return
+        # From here on a rollback of this run is refused; one already under way flipped the route back by now, or
+        # fails before its flip (the source's topics are gone).
+        rundir.write_text(ctx.run_dir, CLEANUP_STARTED, json.dumps({"started_at": time.time()}) + "\n")
         check_route(spec)
         before = target_fingerprint(tgt_admin, spec.tenant, namespaces)
         for ns in replication:
@@ -185,7 +192,8 @@ def check_route(spec: MigrationSpec) -> None:
 
 @dataclass
 class SourceRange:
-    """What the source holds of one partition now: its content hash, first and last entry (None: empty)."""
+    """What the source holds of one partition now: its content hash, its first message's entry (the map's key: a
+    chunked message's last chunk) and its last entry (None: empty)."""
 
     content: ContentHash
     first: Position | None = None
@@ -194,11 +202,9 @@ class SourceRange:
 
 def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, partitions: list[str]) -> None:
     """The source's messages equal the target's copies of the same entries, in order (count and content hash).
-    The target's copies start where the position map puts the source's first entry: the broker trims a source's
+    The target's copies start where the position map puts the source's first message: the broker trims a source's
     ledgers once every subscription consumed them (no retention), so the source may start later than the target.
-    The target trims its own the same way (its clients consume them after the switch): copies gone from a target
-    partition that carries the copy mark are counted, not compared (they were compared when copied), and the rest
-    is compared from the first copy it still holds."""
+    The target trims its own the same way (its clients consume them after the switch): see trimmed_on_target."""
     spec, report = ctx.spec, ctx.report
     src_client, tgt_client = spec.source_cluster.pulsar_client(), spec.target_cluster.pulsar_client()
     rows = []
@@ -211,15 +217,15 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
             if held is None or held > start:
                 held_from[topic] = held
         cuts = first_copies_from(ctx, {topic: held for topic, held in held_from.items() if held is not None})
+        map_ends = mapped_source_ends(ctx, list(held_from)) if held_from else {}
         for topic, r in sources.items():
             rows.append(f"{topic}|{r.content.messages}|{r.content.hexdigest}")
             source, start = r.content, starts.get(topic)
             if topic in held_from:
-                require_copy_mark(tgt_admin, topic, start, held_from[topic])
-                cut = cuts.get(topic)
-                source = read_source(src_admin, src_client, topic, cut[0], r.upper).content if cut else ContentHash()
-                report.count("messages_trimmed_on_target", r.content.messages - source.messages)
-                start = cut[1] if cut else None
+                source, start = trimmed_on_target(ctx, tgt_admin, topic, r, start, held_from[topic],
+                                                  cuts.get(topic), map_ends.get(topic),
+                                                  functools.partial(read_source, src_admin, src_client, topic,
+                                                                    upper=r.upper))
             target = ContentHash()
             if source.messages:
                 for message, info in read_range(tgt_client, topic, None, inclusive_start=start):
@@ -238,6 +244,35 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
     report.hashes["source"] = stable_hash(rows)
 
 
+def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: SourceRange, start: Position | None,
+                      held: Position | None, cut: tuple[Position, Position] | None, map_end: Position | None,
+                      read_from: Callable[[Position], SourceRange]) -> tuple[ContentHash, Position | None]:
+    """The source messages still to compare, and where their copies start on the target, for a target partition
+    that no longer holds the copy at `start` (`held`: its first entry from there; `cut`: the first map row at or
+    after it, as (source, target) starts). The copies gone are counted (messages_trimmed_on_target), not compared:
+    they were compared when copied. Refused unless the partition is the one copied into (either copy mark: one
+    created again holds none of them), every durable subscription there consumed past them (trimmed, not lost), and
+    (when nothing copied is left) the source holds nothing after the map's end (never copied)."""
+    properties = target_properties(admin, topic)
+    there = f"{topic}: the target no longer holds the copies from {start} (it holds " \
+            f"{f'entries from {held}' if held else 'nothing'} from there)"
+    if not {COPY_TARGET_PROPERTY, COPY_SOURCE_PROPERTY} & set(properties):
+        raise CleanupError(f"{there} and lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again, or geo "
+                           "mode with its retention run out): nothing deleted")
+    cursors = admin.get(f"{admin.topic_path(topic)}/internalStats").get("cursors") or {}
+    behind = sorted(name for name, cursor in cursors.items()
+                    if start is not None and Position.parse(cursor.get("markDeletePosition") or "-1:-1") < start)
+    if behind:
+        raise CleanupError(f"{there} although subscription {behind[0]} there did not consume them (lost on the "
+                           "target?): nothing deleted")
+    if cut is None and (map_end is None or (r.upper is not None and r.upper > map_end)):
+        raise CleanupError(f"{there}, and the source holds entries after the position map's end {map_end} (up to "
+                           f"{r.upper}): never copied; nothing deleted")
+    source = read_from(cut[0]).content if cut else ContentHash()
+    ctx.report.count("messages_trimmed_on_target", r.content.messages - source.messages)
+    return source, cut[1] if cut else None
+
+
 def read_source(admin: PulsarAdmin, client: Any, topic: str, start: Position | None = None,
                 upper: Position | None = None) -> SourceRange:
     """The source partition's messages from `start` (inclusive; None: its first) up to `upper` (None: its last
@@ -249,31 +284,28 @@ def read_source(admin: PulsarAdmin, client: Any, topic: str, start: Position | N
         upper = Position(int(last["ledgerId"]), int(last["entryId"]))
     found = SourceRange(ContentHash(), upper=upper)
     for message, info in read_range(client, topic, None, upper, inclusive_start=start):
-        found.first = found.first or info.first_chunk or info.position
+        found.first = found.first or info.position
         found.content.add(message, new_entry=info.batch_index <= 0)
     return found
 
 
 def first_held(client: Any, topic: str, start: Position) -> Position | None:
-    """The first entry a reader of the target partition is given from `start` on (None: none)."""
+    """Where the first message a reader of the target partition is given from `start` on begins (None: none)."""
     for _, info in read_range(client, topic, None, inclusive_start=start):
         return info.first_chunk or info.position
     return None
 
 
-def require_copy_mark(admin: PulsarAdmin, topic: str, start: Position | None, held: Position | None) -> None:
-    """A target partition that lost the copies from `start` must be the one copied into (the copy's mark): one
-    deleted and created again since holds none of them, and its source must not be deleted."""
-    if COPY_TARGET_PROPERTY not in target_properties(admin, topic):
-        raise CleanupError(f"{topic}: the target no longer holds the copies from {start} (it holds "
-                           f"{f'entries from {held}' if held else 'nothing'} from there) and "
-                           f"lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again, or geo mode with its "
-                           "retention run out): nothing deleted")
+def _start(frame: Any, side: str) -> list[Position]:
+    """Per row, where its message begins on `side`: its first chunk's entry, or its entry."""
+    return [Position.parse(chunk) if isinstance(chunk, str) and chunk else Position(int(ledger), int(entry))
+            for chunk, ledger, entry in zip(frame[f"{side}_first_chunk"], frame[f"{side}_ledger"],
+                                            frame[f"{side}_entry"], strict=True)]
 
 
 def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, tuple[Position, Position]]:
-    """Per partition, the first map row (source entry, target entry) whose target entry is at or after the one in
-    `held_from` (absent: none is)."""
+    """Per partition, where the first mapped message whose target entry is at or after the one in `held_from`
+    begins, as (source, target) (absent: none is)."""
     if not held_from:
         return {}
     columns = ["topic", "held_ledger", "held_entry"]
@@ -292,13 +324,12 @@ def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[
     frame = frame[(frame.target_ledger > frame.held_ledger)
                   | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry >= frame.held_entry))]
     first = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").head(1)
-    return {row.topic: (Position(int(row.source_ledger), int(row.source_entry)),
-                        Position(int(row.target_ledger), int(row.target_entry))) for row in first.itertuples()}
+    return dict(zip(first["topic"], zip(_start(first, "source"), _start(first, "target"), strict=True), strict=True))
 
 
 def target_starts(ctx: StepContext, firsts: dict[str, Position]) -> dict[str, Position]:
-    """Per partition, the target entry the position map gives for the source entry in `firsts` (absent: the map
-    does not hold it; the target is then read from its first message)."""
+    """Per partition, where the target's copy of the source message keyed by the entry in `firsts` begins (absent:
+    the map does not hold it; the target is then read from its first message)."""
     if not firsts:
         return {}
     wanted = [(topic, p.ledger, p.entry) for topic, p in firsts.items()]
@@ -313,7 +344,16 @@ def target_starts(ctx: StepContext, firsts: dict[str, Position]) -> dict[str, Po
         if position_map is None:
             return {}
         frame = position_map.join(ctx.spark.createDataFrame(wanted, columns), on=columns).toPandas()
-    return {row.topic: Position(int(row.target_ledger), int(row.target_entry)) for row in frame.itertuples()}
+    return dict(zip(frame["topic"], _start(frame, "target"), strict=True))
+
+
+def mapped_source_ends(ctx: StepContext, topics: list[str]) -> dict[str, Position]:
+    """Per partition, the last source entry the position map holds."""
+    if rundir.is_local(ctx.run_dir):
+        ends = posmap.ends_of(posmap.read_local(ctx.run_dir, topics))
+    else:
+        ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
+    return {topic: end.source for topic, end in ends.items() if topic in topics}
 
 
 def pandas_frame(rows: list[tuple], columns: list[str]) -> Any:

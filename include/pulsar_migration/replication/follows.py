@@ -38,6 +38,8 @@ ROLLBACK_STEP = "rollback_lookup"
 ROLLBACK_DIR = "rollback"  # the rollback's own run dir inside the migration's (switch.rollback takes it from here)
 SEEDED_MARKER = "_seeded_from_earlier_run.json"  # in the map's dir: readers skip "_" names
 CONTINUED_NOTE = "continued_by.json"  # in the earlier run dir: which run continues it
+# Written by cleanup_source before it deletes anything on the source: a rollback of that run is refused from then on.
+CLEANUP_STARTED = "cleanup_source_deleting.json"
 
 
 def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:

@@ -34,7 +34,7 @@ from pathlib import Path
 from pulsar_migration import rundir
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.replication import posmap
-from pulsar_migration.replication.follows import ROLLBACK_DIR
+from pulsar_migration.replication.follows import CLEANUP_STARTED, ROLLBACK_DIR
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext
@@ -78,6 +78,9 @@ def run(ctx: StepContext) -> None:
     if switched.verdict != "ok" or switched.dry_run:
         raise BadInput(f"{SWITCH_STEP} in {ctx.run_dir} is {switched.verdict}"
                        f"{' (dry run)' if switched.dry_run else ''}: there is no flip to roll back")
+    if rundir.exists(ctx.run_dir, CLEANUP_STARTED):
+        raise BadInput(f"cleanup_source started deleting the source's copy of this run ({CLEANUP_STARTED} in "
+                       f"{ctx.run_dir}): there is nothing to roll back to")
     reverse = reverse_spec(spec)
     reverse_dir = rundir.join(ctx.run_dir, ROLLBACK_DIR)
     Path(rundir.local_path(reverse_dir)).mkdir(parents=True, exist_ok=True)
