@@ -16,6 +16,7 @@ from pulsar_migration.admin import AdminError, PulsarAdmin
 from pulsar_migration.cleanup import step as cleanup_step
 from pulsar_migration.cleanup.step import STEP, add_args, run
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.replication.partition import COPY_SOURCE_PROPERTY, COPY_TARGET_PROPERTY
 from pulsar_migration.stepjob import run_step
 from pulsar_migration.switch.step import run as switch
 from pyspark.sql import SparkSession
@@ -67,6 +68,9 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
         assert "switch" in json.loads((run_dir / f"{STEP}.json").read_text())["error"]
         assert run_step("sync_metadata", sync_metadata, args) == 0
         assert replicate(spec, run_dir) == 0
+        for topic in topics:  # geo mode marks both sides too: a later cleanup may meet the target's trimming
+            assert admin_b.get(f"{admin_b.topic_path(topic)}/properties") == {COPY_TARGET_PROPERTY: cluster_a.name}
+            assert admin_a.get(f"{admin_a.topic_path(topic)}/properties") == {COPY_SOURCE_PROPERTY: cluster_b.name}
         assert sync(spec, run_dir) == 0
         assert run_step("switch_lookup", switch, args) == 0
         assert sorted(admin_a.get(f"/namespaces/{tenant}/ns/replication")) == [cluster_a.name, cluster_b.name]

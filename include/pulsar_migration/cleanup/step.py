@@ -257,8 +257,8 @@ def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: Sourc
     there = f"{topic}: the target no longer holds the copies from {start} (it holds " \
             f"{f'entries from {held}' if held else 'nothing'} from there)"
     if not {COPY_TARGET_PROPERTY, COPY_SOURCE_PROPERTY} & set(properties):
-        raise CleanupError(f"{there} and lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again, or geo "
-                           "mode with its retention run out): nothing deleted")
+        raise CleanupError(f"{there} and lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again since, "
+                           "or copied before the marks existed): nothing deleted")
     cursors = admin.get(f"{admin.topic_path(topic)}/internalStats").get("cursors") or {}
     behind = sorted(name for name, cursor in cursors.items()
                     if start is not None and Position.parse(cursor.get("markDeletePosition") or "-1:-1") < start)

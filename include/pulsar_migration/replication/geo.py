@@ -33,6 +33,7 @@ from pulsar_migration.positions import MessageIdInfo, Position, PositionError
 from pulsar_migration.replication import source_ttl
 from pulsar_migration.replication.content import GEO_SOURCE_PROPERTY, ContentHash
 from pulsar_migration.replication.partition import (
+    OK,
     PartitionJob,
     PartitionOutcome,
     PartitionTask,
@@ -40,6 +41,7 @@ from pulsar_migration.replication.partition import (
     compacted_gap,
     judge,
     lag_after,
+    mark_both_sides,
     not_copied_hint,
     run_partition,
 )
@@ -649,6 +651,8 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     outcome.shape_errors, outcome.mapped_entries = len(errors), len(rows)
     judge(outcome, errors)  # no send receipts in geo mode: both receipt digests stay empty and equal
     outcome.lag_entries = lag_after(src_admin, job)
+    if rows and map_source is None and outcome.status == OK:
+        mark_both_sides(task)
     return rows
 
 

@@ -655,6 +655,13 @@ def mark_target(task: PartitionTask, *, empty: bool = False) -> None:
     mark_partition(task.tgt_admin, task.job.topic, COPY_TARGET_PROPERTY, task.src_admin.name, known_absent=empty)
 
 
+def mark_both_sides(task: PartitionTask) -> None:
+    """Geo mode's marks, before a partition's first map rows are written (the replicator wrote the target): the
+    copy marks on both sides, for a cleanup that later finds the target's consumed copies trimmed."""
+    mark_partition(task.tgt_admin, task.job.topic, COPY_TARGET_PROPERTY, task.src_admin.name)
+    mark_partition(task.src_admin, task.job.topic, COPY_SOURCE_PROPERTY, task.tgt_admin.name)
+
+
 def mark_partition(admin: PulsarAdmin, topic: str, mark: str, value: str, *, known_absent: bool = False) -> None:
     """Sets the managed-ledger property `mark` unless the partition has it (a read first, unless `known_absent`).
     The broker merges the given properties into the ledger's own."""
