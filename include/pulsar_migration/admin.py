@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urljoin, urlparse, urlsplit
 
 import requests
@@ -27,6 +27,24 @@ from pulsar_migration.keepalive_get import KeepAliveGetter, tls_context
 from pulsar_migration.positions import Position
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# A request retried after its answer was lost on a cut connection can meet the first one still fencing the
+# subscription: "412 Subscription Busy: Failed to fence subscription". Asked again, with a growing pause.
+BUSY_ATTEMPTS = 5
+
+
+def asked_again_while_busy(call: Callable[[], T], what: str, attempts: int = BUSY_ATTEMPTS) -> T:
+    """`call()`, asked again while the broker answers that the subscription is busy (412 "Busy"). Only for
+    requests that are safe to repeat (a create that tolerates "exists", a cursor reset to the same place)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except AdminError as exc:
+            if exc.status != 412 or "Busy" not in str(exc) or attempt == attempts:
+                raise
+            log.info("%s: the subscription is busy (attempt %d): asking again", what, attempt)
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 POOL_MAXSIZE = 64

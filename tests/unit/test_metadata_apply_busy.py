@@ -68,3 +68,24 @@ def test_another_412_or_an_update_is_not_asked_again() -> None:
     with pytest.raises(AdminError, match="Busy"):
         applier(admin).apply(subscription_change(action="UPDATE"))
     assert len(admin.puts) == 1
+
+
+def test_a_cursor_reset_is_asked_again_while_the_subscription_is_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sync_progress's reset, retried after a cut connection, met the first still fencing the subscription
+    (test_cluster_c through the proxy, 2026-11-29): the same reset asked again is harmless."""
+    from pulsar_migration.admin import asked_again_while_busy
+
+    answers: list[Exception | None] = [BUSY, BUSY, None]
+
+    def reset() -> str:
+        outcome = answers.pop(0)
+        if outcome is not None:
+            raise outcome
+        return "reset"
+
+    assert asked_again_while_busy(reset, "reset of s on t") == "reset" and answers == []
+    def refused() -> str:
+        raise AdminError("POST ... failed with HTTP 412: Failed to reset cursor", 412)
+
+    with pytest.raises(AdminError, match="reset cursor"):  # any other 412 at once
+        asked_again_while_busy(refused, "reset of s on t")

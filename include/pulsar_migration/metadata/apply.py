@@ -18,7 +18,15 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pulsar_migration.admin import AdminError, Conflict, PulsarAdmin, schema_path, seg, seg_twice
+from pulsar_migration.admin import (
+    BUSY_ATTEMPTS,
+    Conflict,
+    PulsarAdmin,
+    asked_again_while_busy,
+    schema_path,
+    seg,
+    seg_twice,
+)
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.inventory import OAUTH2_AUTH_PLUGIN, TOKEN_AUTH_PLUGIN
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CREATE
@@ -27,7 +35,6 @@ from pulsar_migration.spec import MigrationSpec
 log = logging.getLogger(__name__)
 
 # Attempts of a CREATE the broker answers "412 ... Busy" (a retried request meeting the first one at work).
-BUSY_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -69,24 +76,15 @@ class ChangeApplier:
         admin = self.admins[c.side]
         body = json.loads(c.change)
         handler = getattr(self, f"_apply_{c.kind}")
-        for attempt in range(1, BUSY_ATTEMPTS + 1):
-            try:
-                handler(admin, c, body)
-                return
-            except Conflict:
-                # A CREATE that finds the resource already there (e.g. a retry after a lost response) is
-                # fine: the verification pass compares the actual state either way.
-                if c.action != CREATE:
-                    raise
-                return
-            except AdminError as exc:
-                # A CREATE retried after its answer was lost on a cut connection can meet the first request
-                # still at work: "412 Subscription Busy: Failed to fence subscription". Asked again, it
-                # answers 409 (exists) or creates it.
-                if c.action != CREATE or exc.status != 412 or "Busy" not in str(exc) or attempt == BUSY_ATTEMPTS:
-                    raise
-                log.info("%s %s busy on %s (attempt %d): asking again", c.kind, c.key, admin.name, attempt)
-                time.sleep(0.5 * attempt)
+        try:
+            # A CREATE asked again while busy answers 409 (exists) or creates it.
+            asked_again_while_busy(lambda: handler(admin, c, body), f"{c.kind} {c.key} on {admin.name}",
+                                   attempts=BUSY_ATTEMPTS if c.action == CREATE else 1)
+        except Conflict:
+            # A CREATE that finds the resource already there (e.g. a retry after a lost response) is
+            # fine: the verification pass compares the actual state either way.
+            if c.action != CREATE:
+                raise
 
     def _apply_cluster(self, admin: PulsarAdmin, c: Change, _: Any) -> None:
         data = json.loads(c.desired)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_migration import faults
-from pulsar_migration.admin import PulsarAdmin, seg_twice
+from pulsar_migration.admin import PulsarAdmin, asked_again_while_busy, seg_twice
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,10 @@ def apply_cursor(admin: PulsarAdmin, client: Any, plan: CursorPlan, acks: Iterab
         admin.put(sub_path, start)
         done.created = True
     if plan.reset_ledger is not None:
-        admin.post(f"{sub_path}/resetcursor", {"ledgerId": plan.reset_ledger, "entryId": plan.reset_entry,
-                                               "excluded": plan.excluded})
+        reset = {"ledgerId": plan.reset_ledger, "entryId": plan.reset_entry, "excluded": plan.excluded}
+        # The same reset again is harmless; one retried after a cut connection can find the first still fencing.
+        asked_again_while_busy(lambda: admin.post(f"{sub_path}/resetcursor", reset),
+                               f"reset of {plan.subscription} on {plan.topic}")
         done.reset_to = f"{plan.reset_ledger}:{plan.reset_entry}{' (excluded)' if plan.excluded else ''}"
     done.acks_sent = acknowledge(client, plan.topic, plan.subscription, acks, max_in_flight=max_in_flight)
     done.apply_s = round(time.monotonic() - started, 3)
