@@ -222,7 +222,7 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
             rows.append(f"{topic}|{r.content.messages}|{r.content.hexdigest}")
             source, start = r.content, starts.get(topic)
             if topic in held_from:
-                source, start = trimmed_on_target(ctx, tgt_admin, topic, r, start, held_from[topic],
+                source, start = trimmed_on_target(ctx, tgt_admin, topic, r, starts[topic], held_from[topic],
                                                   cuts.get(topic), map_ends.get(topic),
                                                   functools.partial(read_source, src_admin, src_client, topic,
                                                                     upper=r.upper))
@@ -244,7 +244,7 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
     report.hashes["source"] = stable_hash(rows)
 
 
-def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: SourceRange, start: Position | None,
+def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: SourceRange, start: Position,
                       held: Position | None, cut: tuple[Position, Position] | None, map_end: Position | None,
                       read_from: Callable[[Position], SourceRange]) -> tuple[ContentHash, Position | None]:
     """The source messages still to compare, and where their copies start on the target, for a target partition
@@ -261,7 +261,7 @@ def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: Sourc
                            "or copied before the marks existed): nothing deleted")
     cursors = admin.get(f"{admin.topic_path(topic)}/internalStats").get("cursors") or {}
     behind = sorted(name for name, cursor in cursors.items()
-                    if start is not None and Position.parse(cursor.get("markDeletePosition") or "-1:-1") < start)
+                    if Position.parse(cursor.get("markDeletePosition") or "-1:-1") < start)
     if behind:
         raise CleanupError(f"{there} although subscription {behind[0]} there did not consume them (lost on the "
                            "target?): nothing deleted")
@@ -306,21 +306,12 @@ def _start(frame: Any, side: str) -> list[Position]:
 def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, tuple[Position, Position]]:
     """Per partition, where the first mapped message whose target entry is at or after the one in `held_from`
     begins, as (source, target) (absent: none is)."""
-    if not held_from:
+    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in held_from.items()],
+                            ["topic", "held_ledger", "held_entry"], on="topic",
+                            spark_where="target_ledger > held_ledger OR (target_ledger = held_ledger AND "
+                                        "target_entry >= held_entry)")
+    if frame is None:
         return {}
-    columns = ["topic", "held_ledger", "held_entry"]
-    wanted = [(topic, p.ledger, p.entry) for topic, p in held_from.items()]
-    if rundir.is_local(ctx.run_dir):
-        frame = posmap.read_local(ctx.run_dir, list(held_from))
-        if frame is None:
-            return {}
-        frame = frame.merge(pandas_frame(wanted, columns), on="topic")
-    else:
-        position_map = posmap.read_map(ctx.spark, ctx.run_dir)
-        if position_map is None:
-            return {}
-        frame = position_map.join(ctx.spark.createDataFrame(wanted, columns), on="topic").where(
-            "target_ledger > held_ledger OR (target_ledger = held_ledger AND target_entry >= held_entry)").toPandas()
     frame = frame[(frame.target_ledger > frame.held_ledger)
                   | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry >= frame.held_entry))]
     first = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").head(1)
@@ -330,21 +321,30 @@ def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[
 def target_starts(ctx: StepContext, firsts: dict[str, Position]) -> dict[str, Position]:
     """Per partition, where the target's copy of the source message keyed by the entry in `firsts` begins (absent:
     the map does not hold it; the target is then read from its first message)."""
-    if not firsts:
-        return {}
-    wanted = [(topic, p.ledger, p.entry) for topic, p in firsts.items()]
     columns = ["topic", "source_ledger", "source_entry"]
+    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in firsts.items()], columns, on=columns)
+    return {} if frame is None else dict(zip(frame["topic"], _start(frame, "target"), strict=True))
+
+
+def map_rows_joined(ctx: StepContext, rows: list[tuple], columns: list[str], on: str | list[str],
+                    spark_where: str | None = None) -> Any | None:
+    """The position map's rows joined with `rows` (named `columns`, the topic first) on `on`, as a pandas frame
+    (None: no rows asked, or no map). A local run dir is read in this process; another through Spark, filtered
+    there by `spark_where` before the rows come to the driver."""
+    if not rows:
+        return None
     if rundir.is_local(ctx.run_dir):
-        frame = posmap.read_local(ctx.run_dir, list(firsts))
+        frame = posmap.read_local(ctx.run_dir, sorted({row[0] for row in rows}))
         if frame is None:
-            return {}
-        frame = frame.merge(pandas_frame(wanted, columns), on=columns)
-    else:
-        position_map = posmap.read_map(ctx.spark, ctx.run_dir)
-        if position_map is None:
-            return {}
-        frame = position_map.join(ctx.spark.createDataFrame(wanted, columns), on=columns).toPandas()
-    return dict(zip(frame["topic"], _start(frame, "target"), strict=True))
+            return None
+        import pandas as pd  # not at import: every step imports this package
+
+        return frame.merge(pd.DataFrame(rows, columns=columns), on=on)
+    position_map = posmap.read_map(ctx.spark, ctx.run_dir)
+    if position_map is None:
+        return None
+    joined = position_map.join(ctx.spark.createDataFrame(rows, columns), on=on)
+    return (joined.where(spark_where) if spark_where else joined).toPandas()
 
 
 def mapped_source_ends(ctx: StepContext, topics: list[str]) -> dict[str, Position]:
@@ -354,12 +354,6 @@ def mapped_source_ends(ctx: StepContext, topics: list[str]) -> dict[str, Positio
     else:
         ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
     return {topic: end.source for topic, end in ends.items() if topic in topics}
-
-
-def pandas_frame(rows: list[tuple], columns: list[str]) -> Any:
-    import pandas as pd  # not at import: every step imports this package
-
-    return pd.DataFrame(rows, columns=columns)
 
 
 def replication_changes(ctx: StepContext, src: PulsarAdmin, tgt: PulsarAdmin, namespaces: list[str]) -> list[str]:

@@ -34,8 +34,6 @@ from pulsar_migration.spec import MigrationSpec
 
 log = logging.getLogger(__name__)
 
-# Attempts of a CREATE the broker answers "412 ... Busy" (a retried request meeting the first one at work).
-
 
 @dataclass(frozen=True)
 class Change:
