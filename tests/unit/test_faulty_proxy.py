@@ -88,10 +88,14 @@ def test_cut_all_resets_open_connections(echo_port: int) -> None:
         s.sendall(b"x")
         assert s.recv(1) == b"x"
         assert proxy.cut_all() == 1
-        # A send after the reset fails with ECONNRESET or, once the RST has been processed, EPIPE: both mean cut.
-        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+        # A send after the reset fails with ECONNRESET or, once the RST has been processed, EPIPE; or the read finds
+        # the connection closed (seen once on a loaded host, clean clone of c3dce1a): each means cut, no echo.
+        try:
             s.sendall(b"y")
-            s.recv(1)
+            echoed = s.recv(1)
+        except (ConnectionResetError, BrokenPipeError):
+            echoed = b""
+        assert echoed == b""
         s.close()
         assert proxy.counters.snapshot()["cut"] == 1
         assert roundtrip(proxy.listen_port, b"again") == b"again"  # new connections still pass
