@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from types import FrameType
 
 from pulsar_migration.lookup.config import ConfigError, LookupConfig
 
@@ -32,10 +33,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from pulsar_migration.lookup.service import answer_parked_soon
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            answer_parked_soon(app)  # before the graceful shutdown's wait for in-flight requests
+            super().handle_exit(sig, frame)
+
     serving = config.tls or {}
-    uvicorn.run(app, host=args.host or config.host, port=args.port or config.port, log_level="warning",
-                timeout_graceful_shutdown=5, access_log=False, ssl_certfile=serving.get("cert_file"),
-                ssl_keyfile=serving.get("key_file"))
+    Server(uvicorn.Config(app, host=args.host or config.host, port=args.port or config.port, log_level="warning",
+                          timeout_graceful_shutdown=5, access_log=False, ssl_certfile=serving.get("cert_file"),
+                          ssl_keyfile=serving.get("key_file"))).run()
     return 0
 
 

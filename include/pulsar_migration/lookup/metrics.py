@@ -49,6 +49,7 @@ class Metrics:
     hold_timeouts_total: int = 0
     forward_errors_total: int = 0
     transient_retries_total: int = 0
+    rerouted_total: int = 0
     unauthorized_total: int = 0
 
     def count(self, kind: str, cluster: str, status: int, seconds: float) -> None:
@@ -76,6 +77,8 @@ class Metrics:
                  "Requests whose cluster did not answer."),
                 ("pulsar_lookup_transient_retries_total", "counter", self.transient_retries_total,
                  "Lookups retried by the service after a transient 5xx of the broker (an unload, a bundle move)."),
+                ("pulsar_lookup_rerouted_total", "counter", self.rerouted_total,
+                 "Answers dropped because a hold or a route change of their tenant came while they were forwarded."),
                 ("pulsar_lookup_unauthorized_total", "counter", self.unauthorized_total,
                  "Admin API calls refused (401).")):
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]

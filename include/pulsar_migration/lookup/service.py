@@ -29,7 +29,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Any
@@ -40,9 +40,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from pulsar_migration.admin import MAX_REDIRECTS, token_may_follow
-from pulsar_migration.lookup.config import ConfigError, LookupConfig
+from pulsar_migration.lookup.config import ClusterTarget, ConfigError, LookupConfig
 from pulsar_migration.lookup.metrics import Metrics
-from pulsar_migration.lookup.store import RouteStore
+from pulsar_migration.lookup.store import Route, RouteStore
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ DOMAINS = ("persistent", "non-persistent")
 TRANSIENT_STATUS = frozenset({500, 502, 503})
 TRANSIENT_RETRY_FIRST_S = 0.025
 TRANSIENT_RETRY_MAX_S = 0.4
+# A request whose tenant is held or routed elsewhere while it is out is asked again, at most this often.
+MAX_REROUTES = 5
 # The admin API's bodies are a few hundred bytes; anything far larger is a mistake or an attack, refused
 # (413) before it is read into memory.
 MAX_BODY_BYTES = 64 * 1024
@@ -124,11 +126,42 @@ class Router:
         self.store = store
         self.routes = {tenant: route.cluster for tenant, route in store.all().items()}
         self.holds: dict[str, asyncio.Event] = {tenant: asyncio.Event() for tenant in store.held()}
+        # Bumped by every hold, release and route change of a tenant: a lookup forwarded under an older one may
+        # carry the cluster a switch just fenced, and is asked again (see forward).
+        self.generations: dict[str, int] = {}
+        self.closing = False  # set at shutdown: parked requests are answered 503 instead of forwarded
 
     def cluster_of(self, tenant: str) -> str:
         return self.routes.get(tenant, self.config.default_cluster)
 
+    def generation(self, tenant: str) -> int:
+        return self.generations.get(tenant, 0)
+
+    def _changed(self, tenant: str) -> None:
+        self.generations[tenant] = self.generation(tenant) + 1
+
+    def set_route(self, tenant: str, change: RouteChange) -> tuple[Route, str | None]:
+        route, before = self.store.set(tenant, change.cluster, actor=change.actor, reason=change.reason)
+        self.routes[tenant] = change.cluster
+        self._changed(tenant)
+        return route, before
+
+    def delete_route(self, tenant: str, actor: str, reason: str) -> str | None:
+        before = self.store.delete(tenant, actor=actor, reason=reason)
+        self.routes.pop(tenant, None)
+        self._changed(tenant)
+        return before
+
+    def close_parked(self) -> None:
+        """At shutdown: every parked request is answered (503) now, not forwarded, and none parks any more."""
+        self.closing = True
+        for event in self.holds.values():
+            event.set()
+
     async def wait_released(self, tenant: str, metrics: Metrics) -> bool:
+        """False: answer 503 (the hold outlasted hold_timeout_s, or the service is stopping)."""
+        if self.closing:
+            return False
         event = self.holds.get(tenant)
         if event is None:
             return True
@@ -137,7 +170,7 @@ class Router:
         started = time.monotonic()
         try:
             await asyncio.wait_for(event.wait(), self.config.hold_timeout_s)
-            return True
+            return not self.closing
         except TimeoutError:
             metrics.hold_timeouts_total += 1
             return False
@@ -147,6 +180,7 @@ class Router:
 
     def hold(self, tenant: str, change: HoldChange) -> bool:
         self.store.set_hold(tenant, True, cluster=self.cluster_of(tenant), actor=change.actor, reason=change.reason)
+        self._changed(tenant)
         if tenant in self.holds:
             return False
         self.holds[tenant] = asyncio.Event()
@@ -155,12 +189,22 @@ class Router:
 
     def release(self, tenant: str, actor: str, reason: str) -> bool:
         self.store.set_hold(tenant, False, cluster=self.cluster_of(tenant), actor=actor, reason=reason)
+        self._changed(tenant)
         event = self.holds.pop(tenant, None)
         if event is None:
             return False
         event.set()
         log.info("tenant %s released by %s (to %s): %s", tenant, actor, self.cluster_of(tenant), reason)
         return True
+
+
+def answer_parked_soon(app: FastAPI) -> None:
+    """From a signal handler: the parked requests are answered (503) on the event loop. Without this, uvicorn's
+    graceful shutdown waits its few seconds for them and then cancels them (a bare 500) before the app's own
+    shutdown runs."""
+    router, loop = getattr(app.state, "router", None), getattr(app.state, "loop", None)
+    if router is not None and loop is not None:
+        loop.call_soon_threadsafe(router.close_parked)
 
 
 async def get_following(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
@@ -190,6 +234,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         route_store = store or RouteStore(config.database_url)
         app.state.router = Router(config, route_store)
+        app.state.loop = asyncio.get_running_loop()
         # One forwarding client per cluster: each trusts its own authority and shows its own certificate.
         app.state.http = {name: httpx.AsyncClient(follow_redirects=False, timeout=config.forward_timeout_s,
                                                   verify=cluster.ssl_context(),
@@ -202,8 +247,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         try:
             yield
         finally:
-            for event in app.state.router.holds.values():  # parked requests answer (503) rather than hang
-                event.set()
+            app.state.router.close_parked()  # (already done at the signal when served by __main__)
             for client in app.state.http.values():
                 await client.aclose()
             if own_store:
@@ -231,10 +275,27 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
     async def forward(request: Request, tenant: str, kind: str) -> Response:
         router = router_of(request)
         started = time.monotonic()
-        if not await router.wait_released(tenant, metrics):
-            return JSONResponse({"reason": f"tenant {tenant} is held for a cluster switch longer than "
-                                           f"{config.hold_timeout_s:.0f}s"}, status_code=503)
-        cluster = config.clusters[router.cluster_of(tenant)]
+        for _ in range(MAX_REROUTES):
+            if not await router.wait_released(tenant, metrics):
+                if router.closing:
+                    return JSONResponse({"reason": "the lookup service is stopping"}, status_code=503)
+                return JSONResponse({"reason": f"tenant {tenant} is held for a cluster switch longer than "
+                                               f"{config.hold_timeout_s:.0f}s"}, status_code=503)
+            generation = router.generation(tenant)
+            answer = await forward_once(request, config.clusters[router.cluster_of(tenant)], kind, started,
+                                        lambda generation=generation: router.generation(tenant) != generation)
+            if answer is not None:
+                return answer
+            # A hold or a route change came while this request was out: its answer may name the cluster a switch
+            # has just fenced (a client connecting there after the quiet check would publish where nothing is
+            # copied any more), so it parks or is routed again instead.
+            metrics.rerouted_total += 1
+        return JSONResponse({"reason": f"tenant {tenant}'s route changed {MAX_REROUTES} times while its request "
+                                       "was forwarded"}, status_code=503)
+
+    async def forward_once(request: Request, cluster: ClusterTarget, kind: str, started: float,
+                           stale: Callable[[], bool]) -> Response | None:
+        """The request forwarded to `cluster`; None when `stale()` turned true meanwhile (the answer is dropped)."""
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
         url = cluster.http_url + raw_path.decode("latin-1")
         if request.url.query:
@@ -259,22 +320,28 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
             # An unload or a bundle move makes the broker answer 5xx for a moment: retried here, with a short
             # backoff, rather than handed to a client that would back off for seconds.
             delay, give_up = TRANSIENT_RETRY_FIRST_S, time.monotonic() + config.transient_retry_s
-            while resp.status_code in TRANSIENT_STATUS and time.monotonic() + delay < give_up:
+            while resp.status_code in TRANSIENT_STATUS and time.monotonic() + delay < give_up and not stale():
                 metrics.transient_retries_total += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, TRANSIENT_RETRY_MAX_S)
                 resp = await get_following(http, url, headers)
         except httpx.HTTPError as exc:
+            if stale():
+                return None
             metrics.forward_errors_total += 1
             return JSONResponse({"reason": f"cluster {cluster.name} is unreachable: {type(exc).__name__}"},
                                 status_code=502)
+        if stale():
+            return None
         metrics.count(kind, cluster.name, resp.status_code, time.monotonic() - started)
         if kind == "lookup" and resp.status_code == 200:
             body = resp.json()
             body.setdefault("brokerUrl", "")
             body["brokerUrlTls"] = body.get("brokerUrlTls") or ""  # the C++ client needs both keys
             return JSONResponse(body)
-        return Response(resp.content, status_code=resp.status_code,
+        # A redirect not followed here (to plain http from https, or past MAX_REDIRECTS) keeps its Location.
+        passed = {"location": resp.headers["location"]} if resp.is_redirect and "location" in resp.headers else None
+        return Response(resp.content, status_code=resp.status_code, headers=passed,
                         media_type=resp.headers.get("content-type", "application/json"))
 
     @app.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic:path}", include_in_schema=False)
@@ -331,8 +398,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
         if change.cluster not in config.clusters:
             raise HTTPException(400, f"unknown cluster {change.cluster!r}; known: {sorted(config.clusters)}")
         router = router_of(request)
-        route, before = router.store.set(tenant, change.cluster, actor=change.actor, reason=change.reason)
-        router.routes[tenant] = change.cluster
+        route, before = router.set_route(tenant, change)
         log.info("route %s: %s -> %s by %s: %s", tenant, before, change.cluster, change.actor, change.reason)
         released = change.release and tenant in router.holds and router.release(
             tenant, change.actor, f"route set to {change.cluster}")
@@ -341,8 +407,7 @@ def create_app(config: LookupConfig, store: RouteStore | None = None) -> FastAPI
     @app.delete("/api/v1/routes/{tenant}", dependencies=auth)
     async def delete_route(request: Request, tenant: str, actor: str = "api", reason: str = "") -> dict[str, Any]:
         router = router_of(request)
-        before = router.store.delete(tenant, actor=actor, reason=reason)
-        router.routes.pop(tenant, None)
+        before = router.delete_route(tenant, actor, reason)
         return {"tenant": tenant, "before": before, "cluster": router.cluster_of(tenant)}
 
     @app.post("/api/v1/routes/{tenant}/hold", dependencies=auth)
