@@ -175,6 +175,12 @@ def test_killed_at_each_phase_boundary_then_rerun_ends_exact_and_a_client_after_
     # Parked (source, held) until the flip; after it the target, released: never both, never neither unheld.
     assert states == [("hold", cluster_a.name, True), ("fence", cluster_a.name, True),
                       ("final_replicate", cluster_a.name, True), ("flip", cluster_b.name, False)], states
+    # Each run after a kill while held first released the hold it found (its clients back to the source until its
+    # own hold), rather than copying and syncing while they waited.
+    history = service.api("GET", f"/routes/{tenant}/history").json()["events"]
+    left = [e for e in history if e["reason"].startswith("a hold an earlier attempt left")]
+    assert len(left) == 3 and {e["reason"] for e in left} == {
+        f"a hold an earlier attempt left: released to {cluster_a.name}"}, history
 
     assert run_step(STEP, run, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
     report = json.loads((run_dir / f"{STEP}.json").read_text())

@@ -21,11 +21,13 @@ retry after more traffic passes.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pulsar_migration import rundir
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 DEDUP_RELOAD_TIMEOUT_S = 60.0
 PROBE_THREADS = 16  # producers opened at once by last_sequence_ids
+FENCED_PRODUCERS = "switch_fenced_producers.json"  # in the run dir: every attempt's fenced producers
 
 
 class TargetDedupBehind(StepFailed):
@@ -50,6 +53,22 @@ def producers_by_partition(admin: PulsarAdmin, partitions: list[str]) -> dict[st
 
     found = each_partition(admin, partitions, names)
     return {topic: named for topic, named in zip(partitions, found, strict=True) if named}
+
+
+def kept_with_earlier(run_dir: str, found: dict[str, list[str]], partitions: list[str]) -> dict[str, list[str]]:
+    """`found` (the producers on the source right before this fence) and those an earlier attempt of this run found
+    before its own fence, written to the run dir before the unload. A run killed after its fence leaves the tenant
+    held; the re-run releases it, but a producer cut off by the first fence may still be in its reconnect backoff
+    at the second, and would re-send after the flip what the source had already stored (and replicated)."""
+    earlier: dict[str, list[str]] = {}
+    if rundir.exists(run_dir, FENCED_PRODUCERS):
+        earlier = json.loads(rundir.read_text(run_dir, FENCED_PRODUCERS))
+    selected = set(partitions)
+    kept = {topic: sorted(set(earlier.get(topic, [])) | set(found.get(topic, [])))
+            for topic in sorted((set(earlier) | set(found)) & selected)}
+    kept = {topic: names for topic, names in kept.items() if names}
+    rundir.write_text(run_dir, FENCED_PRODUCERS, json.dumps(kept, indent=1))
+    return kept
 
 
 def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -40,7 +40,14 @@ from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext
 from pulsar_migration.switch.probe import probe
 from pulsar_migration.switch.step import STEP as SWITCH_STEP
-from pulsar_migration.switch.step import Phases, SwitchError, cutover, namespaces, selected_partitions
+from pulsar_migration.switch.step import (
+    Phases,
+    SwitchError,
+    cutover,
+    namespaces,
+    release_a_left_hold,
+    selected_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +98,13 @@ def run(ctx: StepContext) -> None:
     try:
         phases = Phases(report)
         with phases("preconditions"):
-            route = str(lookup.route(spec.tenant)["cluster"])
+            answer = lookup.route(spec.tenant)
+            route = str(answer["cluster"])
             report.details["route_before"] = route
             if route not in (spec.source, spec.target):
                 raise SwitchError(f"the lookup service routes tenant {spec.tenant} to {route}, neither the source "
                                   f"{spec.source} nor the target {spec.target}")
+            release_a_left_hold(rctx, lookup, answer)
         partitions = selected_partitions(rctx, tgt_admin)
         report.counts["partitions"] = len(partitions)
         if route == spec.source:

@@ -69,7 +69,7 @@ from pulsar_migration.snapshot import FenceSnapshot, read_side
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 from pulsar_migration.switch.fanout import FENCE_THREADS, each_partition
-from pulsar_migration.switch.geo_dedup import producers_by_partition, teach_target
+from pulsar_migration.switch.geo_dedup import kept_with_earlier, producers_by_partition, teach_target
 from pulsar_migration.switch.probe import probe
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,9 @@ def run(ctx: StepContext) -> None:
     try:
         phases = Phases(report)
         with phases("preconditions"):
-            current = preconditions(ctx, lookup)
+            route = preconditions(ctx, lookup)
+            current = str(route["cluster"])
+            release_a_left_hold(ctx, lookup, route)
         partitions = selected_partitions(ctx, src_admin)
         report.counts["partitions"] = len(partitions)
         if current == spec.target:
@@ -158,8 +160,9 @@ def run(ctx: StepContext) -> None:
         tgt_admin.close()
 
 
-def preconditions(ctx: StepContext, lookup: LookupAdmin) -> str:
-    """The route the tenant has now; SwitchError when the run dir or the service is not ready."""
+def preconditions(ctx: StepContext, lookup: LookupAdmin) -> dict[str, Any]:
+    """The route the tenant has now (the service's answer: cluster, held); SwitchError when the run dir or the
+    service is not ready."""
     spec = ctx.spec
     for step in REQUIRED_REPORTS:
         try:
@@ -180,7 +183,46 @@ def preconditions(ctx: StepContext, lookup: LookupAdmin) -> str:
         raise SwitchError(f"the lookup service routes tenant {spec.tenant} to {route['cluster']}, neither the "
                           f"source {spec.source} nor the target {spec.target}")
     ctx.report.details["route_before"] = route["cluster"]
-    return str(route["cluster"])
+    return route
+
+
+def release_a_left_hold(ctx: StepContext, lookup: LookupAdmin, route: dict[str, Any]) -> None:
+    """A hold the tenant has when a switch (or rollback) starts was left by an attempt killed between its hold and
+    its flip, or by a flip whose release failed: the tenant's clients have waited since, answered 503 every
+    hold_timeout_s. Released first: before the flip they go back to where the route still points (what a failure
+    before the flip does), after it to the cluster it was flipped to. Not in a dry run."""
+    if not route.get("held"):
+        return
+    ctx.report.details["left_hold"] = "kept (dry run)" if ctx.dry_run else "released"
+    if not ctx.dry_run:
+        lookup.release(ctx.spec.tenant, reason=f"a hold an earlier attempt left: released to {route['cluster']}")
+        log.warning("tenant %s was held by an earlier attempt: released (its clients go to %s)", ctx.spec.tenant,
+                    route["cluster"])
+
+
+def flip_route(ctx: StepContext, lookup: LookupAdmin) -> None:
+    """The route set to the target, releasing the hold. The service may have set it although its answer failed (the
+    hold's release failed after it, or the answer was lost): then the switch is flipped, and a hold still left is
+    released here (or by the next run, release_a_left_hold)."""
+    spec = ctx.spec
+    try:
+        lookup.set_route(spec.tenant, spec.target, reason=f"switch from {spec.source}", release=True)
+        return
+    except LookupServiceError as failed:
+        try:
+            route = lookup.route(spec.tenant)
+        except LookupServiceError:
+            raise failed from None
+        if route["cluster"] != spec.target:
+            raise
+        ctx.report.details["flip_answer_failed"] = str(failed)
+        log.warning("the flip's answer failed (%s), but the route names %s: flipped", failed, spec.target)
+    if route.get("held"):
+        try:
+            lookup.release(spec.tenant, reason=f"switch from {spec.source}: the flip's release")
+        except LookupServiceError:
+            ctx.report.details["hold_left_after_flip"] = True
+            log.error("tenant %s is flipped to %s but still held: a re-run releases it", spec.tenant, spec.target)
 
 
 def namespaces(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
@@ -231,7 +273,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             held_at = time.monotonic()
         with phases("fence"):
             # Geo mode: who might re-send after the flip (geo_dedup); copy mode's final delta keeps their identities.
-            fenced_producers = producers_by_partition(src_admin, partitions) if geo else {}
+            fenced_producers = kept_with_earlier(ctx.run_dir, producers_by_partition(src_admin, partitions),
+                                                 partitions) if geo else {}
             with ThreadPoolExecutor(1) as side:
                 # The target's broker is idle while the source unloads. Nothing but the cutover (and in geo mode the
                 # replicator, whose entries only the copy mode's reads of the target's end would care about) writes
@@ -245,6 +288,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                 last_stats, refenced = wait_clients_gone(src_admin, partitions, fenced_producers if geo else None)
                 steps.lap("clients_gone")
                 report.details["fenced_again"] = refenced
+                if geo and refenced:  # producers met after the unload are kept too (they may re-send as well)
+                    fenced_producers = kept_with_earlier(ctx.run_dir, fenced_producers, partitions)
                 source = read_side(src_admin, partitions, last_stats)
                 steps.lap("source_read")
                 snapshot = FenceSnapshot(source, target_read.result())
@@ -261,7 +306,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
         with phases("quiet_check"):
             report.details["ledger_collisions"] = quiet_check(src_admin, tgt_admin, partitions, snapshot)
         with phases("flip"):
-            lookup.set_route(spec.tenant, spec.target, reason=f"switch from {spec.source}", release=True)
+            flip_route(ctx, lookup)
             flipped = True
         report.details["hold_s"] = round(time.monotonic() - held_at, 3)
         report.details["route_after"] = spec.target
