@@ -170,5 +170,6 @@ def is_system_topic(topic: str) -> bool:
 
 
 def is_system_cursor(subscription: str) -> bool:
-    """Cursors the broker owns: replicators (`pulsar.repl.<cluster>`) and the compactor (`__compaction`)."""
-    return subscription.startswith("pulsar.repl.") or subscription == "__compaction"
+    """Cursors the broker owns: replicators (`pulsar.repl.<cluster>`), the compactor (`__compaction`) and message
+    deduplication (`pulsar.dedup`). Those two by their exact names: a user's `__compaction-audit` is a subscription."""
+    return subscription.startswith("pulsar.repl.") or subscription in ("__compaction", "pulsar.dedup")

@@ -11,14 +11,8 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.metadata.resources import is_system_cursor
 from pulsar_migration.positions import AckRange, Position, parse_ack_ranges
-
-# Cursors the broker keeps for itself: geo-replicators, message deduplication, topic compaction.
-SYSTEM_CURSOR_PREFIXES = ("pulsar.repl.", "pulsar.dedup", "__compaction")
-
-
-def is_system_cursor(name: str) -> bool:
-    return name.startswith(SYSTEM_CURSOR_PREFIXES)
 
 
 @dataclass(frozen=True)

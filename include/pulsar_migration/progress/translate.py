@@ -93,34 +93,69 @@ def target_plan(source_marked: DataFrame) -> tuple[DataFrame, DataFrame]:
     """What the target cursors must become: per subscription the cursor reset (`reset_ledger:reset_entry`,
     `excluded` true: markDelete there; false: the first unacknowledged entry, markDelete just before it;
     both null: no mapped entries) and the target entries to acknowledge individually after it (`acks`:
-    topic, subscription, ledger, entry; a chunked message's every chunk entry). A subscription whose map
-    rows are all acknowledged is reset past its last mapped entry and needs no individual acks."""
+    topic, subscription, ledger, entry; a chunked message's chunk entries). A subscription whose map
+    rows are all acknowledged is reset past its last mapped entry and needs no individual acks.
+
+    The markDelete stops before the earliest *start* of an unacknowledged message (a chunked one starts at its
+    first chunk, which may come before an acknowledged message's entry when producers' chunks interleave, as
+    geo-replication keeps them), and a chunked message's acknowledgement skips every entry that may belong to an
+    unacknowledged message between its chunks: those messages stay whole."""
     pos = _target_position()
+    chunked = F.col("target_first_chunk").isNotNull()
     first = F.split(F.col("target_first_chunk"), ":")
     first_ledger, first_entry = first.getItem(0).cast("long"), first.getItem(1).cast("long")
     # Where the row's message starts: a chunked message at its first chunk (a cursor reset to its last chunk would
     # deliver that chunk alone, which consumers drop).
-    start = F.when(F.col("target_first_chunk").isNull(), pos).otherwise(
-        F.struct(first_ledger.alias("ledger"), first_entry.alias("entry")))
-    first_unacked = source_marked.groupBy(*SUB_KEYS).agg(
-        F.min(F.when(~F.col("acked"), F.struct(pos.alias("pos"), start.alias("start")))).alias("first_unacked"))
-    rows = source_marked.join(first_unacked, SUB_KEYS).withColumn(
-        "in_prefix", F.col("first_unacked").isNull() | (pos < F.col("first_unacked.pos")))
+    start = F.when(~chunked, pos).otherwise(F.struct(first_ledger.alias("ledger"), first_entry.alias("entry")))
+    cut = source_marked.groupBy(*SUB_KEYS).agg(F.min(F.when(~F.col("acked"), start)).alias("cut"))
+    rows = source_marked.join(cut, SUB_KEYS).withColumn(
+        "in_prefix", F.col("cut").isNull() | (pos < F.col("cut")))
     plan = rows.groupBy(*SUB_KEYS).agg(
-        F.max(F.when(F.col("in_prefix"), pos)).alias("prefix_end"), F.first("first_unacked").alias("first_unacked"),
+        F.max(F.when(F.col("in_prefix"), pos)).alias("prefix_end"), F.first("cut").alias("cut"),
         F.sum(F.when(F.col("acked") & ~F.col("in_prefix"), 1).otherwise(0)).alias("individual_acks"))
     plan = plan.select(
         *SUB_KEYS,
-        F.coalesce(F.col("prefix_end.ledger"), F.col("first_unacked.start.ledger")).alias("reset_ledger"),
-        F.coalesce(F.col("prefix_end.entry"), F.col("first_unacked.start.entry")).alias("reset_entry"),
+        F.coalesce(F.col("prefix_end.ledger"), F.col("cut.ledger")).alias("reset_ledger"),
+        F.coalesce(F.col("prefix_end.entry"), F.col("cut.entry")).alias("reset_entry"),
         F.col("prefix_end").isNotNull().alias("excluded"),
         F.col("individual_acks").cast("long").alias("individual_acks"))
-    entries = (F.when(F.col("target_first_chunk").isNull(), F.array(F.col("target_entry")))
-               .when(first_ledger == F.col("target_ledger"), F.sequence(first_entry, F.col("target_entry")))
-               .otherwise(F.array(F.col("target_entry"))))
+    # A row's own entries: its last chunk back to its first when both are in one ledger (else the last alone).
+    spans = chunked & (first_ledger == F.col("target_ledger"))
+    entries = F.when(spans, F.sequence(first_entry, F.col("target_entry"))).otherwise(F.array(F.col("target_entry")))
     acks = (rows.where(F.col("acked") & ~F.col("in_prefix"))
-            .select(*SUB_KEYS, F.col("target_ledger").alias("ledger"), F.explode(entries).alias("entry")))
-    return plan, acks
+            .select(*SUB_KEYS, F.col("target_ledger").alias("ledger"), spans.alias("_span"),
+                    F.explode(entries).alias("entry")))
+    return plan, _outside_unacked(acks, rows, first_ledger, first_entry)
+
+
+def _outside_unacked(acks: DataFrame, rows: DataFrame, first_ledger: Column, first_entry: Column) -> DataFrame:
+    """`acks` without the entries a chunked message's span shares with unacknowledged messages: their own entry,
+    or any entry from their first chunk to their last but the first and last chunks of acknowledged messages (which
+    of the entries between are whose the map does not say; an acknowledged message's chunk left out there is a
+    lone chunk its consumer drops; a message whose chunks span two ledgers is kept from its first chunk on in the
+    first and up to its last in the second). Only the ledgers where an acknowledged span lies are looked at."""
+    spanned = acks.where("_span").groupBy(*SUB_KEYS, "ledger").agg(F.min("entry").alias("_lo"),
+                                                                   F.max("entry").alias("_hi"))
+    unacked = rows.where(~F.col("acked"))
+    same = F.col("target_first_chunk").isNull() | (first_ledger == F.col("target_ledger"))
+    kept = unacked.select(*SUB_KEYS, F.col("target_ledger").alias("ledger"),
+                          F.when(same, F.coalesce(first_entry, F.col("target_entry"))).otherwise(F.lit(0))
+                          .alias("_from"), F.col("target_entry").alias("_to")).unionByName(
+        unacked.where(~same).select(*SUB_KEYS, first_ledger.alias("ledger"), first_entry.alias("_from"),
+                                    F.lit(2**62).cast("long").alias("_to")))
+    clipped = (kept.join(spanned, [*SUB_KEYS, "ledger"])
+               .select(*SUB_KEYS, "ledger", F.greatest("_from", "_lo").alias("_from"),
+                       F.least("_to", "_hi").alias("_to"))
+               .where(F.col("_from") <= F.col("_to")))
+    keys = [*SUB_KEYS, "ledger", "entry"]
+    # An acknowledged message's first and last chunk are its own (the map says so), wherever they lie.
+    acked = rows.where(F.col("acked"))
+    known = acked.select(*SUB_KEYS, F.col("target_ledger").alias("ledger"), F.col("target_entry").alias("entry")
+                         ).unionByName(acked.where(F.col("target_first_chunk").isNotNull())
+                                       .select(*SUB_KEYS, first_ledger.alias("ledger"), first_entry.alias("entry")))
+    protected = (clipped.select(*SUB_KEYS, "ledger", F.explode(F.sequence("_from", "_to")).alias("entry"))
+                 .join(known, keys, "left_anti"))
+    return acks.drop("_span").join(protected, keys, "left_anti")
 
 
 def split_chunks(source_marked: DataFrame) -> int:
