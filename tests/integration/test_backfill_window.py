@@ -89,29 +89,39 @@ def target_payloads(cluster: LocalCluster, tenant: str) -> list[bytes]:
     return [m["data"] for t in topics for m in drain(cluster, t)]
 
 
-def test_windows_to_a_cluster_copy_each_batch_once_in_any_order(
+def test_windows_to_a_cluster_copy_each_batch_once_and_a_failed_first_window_is_carried_by_the_next(
     cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     tenant = unique("it-bf-pulsar")
     edges, payloads = seed(admin_a, cluster_a, tenant)
     spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b,
                       options={"backfill_state_dir": str(tmp_path / "state")})
-    create_topics(admin_b, cluster_b, tenant)
+    # The target lacks the partitioned topic: the middle window, the state dir's first, fails on it.
+    admin_b.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": [cluster_b.name]})
+    admin_b.put(f"/namespaces/{tenant}/ns")
+    admin_b.put(f"/persistent/{tenant}/ns/events")
+    assert backfill(spec, tmp_path / "w1", edges, 1) == 2
+    assert "ns/parted" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert drain(cluster_b, f"persistent://{tenant}/ns/events") == []  # (a reader of parted would create it)
+    admin_b.put(f"/persistent/{tenant}/ns/parted/partitions", 2)
 
-    # The middle window first: a partition new to the map starts at the window's first entry.
-    assert backfill(spec, tmp_path / "w1", edges, 1) == 0
-    held = target_payloads(cluster_b, tenant)
-    assert sorted(held) == sorted(payloads[1])
-    assert step_report(tmp_path / "w1", BACKFILL_STEP)["counts"]["copied_messages"] == PER_BATCH * 2
-
-    # An earlier window after a later one changes nothing (the map continues after window 1).
-    assert backfill(spec, tmp_path / "w0", edges, 0) == 0
-    assert step_report(tmp_path / "w0", BACKFILL_STEP)["counts"]["copied_messages"] == 0
-    # The last window continues where window 1 ended (re-running a window: tests/dags/test_backfill_dag.py).
+    # The next window brings both: partitions new to the map start where the state dir began (window 1), not at
+    # this window's first entry (window 1's messages were skipped for good before).
     assert backfill(spec, tmp_path / "w2", edges, 2) == 0
-    assert step_report(tmp_path / "w2", BACKFILL_STEP)["counts"]["copied_messages"] == PER_BATCH * 2
+    assert step_report(tmp_path / "w2", BACKFILL_STEP)["counts"]["copied_messages"] == PER_BATCH * 2 * 2
     held = target_payloads(cluster_b, tenant)
     assert len(held) == len(set(held)) and set(held) == payloads[1] | payloads[2]
+
+    # Window 1 again: nothing left to send. Window 0, before where the state dir began, is refused in one line
+    # (its messages would land after later ones; before, it reported ok having copied nothing).
+    assert backfill(spec, tmp_path / "w1-again", edges, 1) == 0
+    assert step_report(tmp_path / "w1-again", BACKFILL_STEP)["counts"]["copied_messages"] == 0
+    capsys.readouterr()
+    assert backfill(spec, tmp_path / "w0", edges, 0) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {BACKFILL_STEP}: window ") and "has messages before" in line and "state dir" in line
+    assert sorted(target_payloads(cluster_b, tenant)) == sorted(held)
 
 
 def test_windows_to_the_archive_and_back_exactly_once(

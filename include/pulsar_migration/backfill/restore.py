@@ -122,9 +122,11 @@ def _restore_partition(client: Any, spec: MigrationSpec, label: str, key: tuple[
 def _send(client: Any, topic: str, label: str, rows: list[Any], outcome: RestoreOutcome) -> None:
     import pulsar
 
+    # Chunking on: the archive holds chunked messages whole, and a payload past the broker's maximum message size
+    # is refused (MessageTooBig) by a producer without it, on every retry.
     producer = client.create_producer(topic, producer_name=producer_name(topic, label), batching_enabled=False,
-                                      send_timeout_millis=SEND_TIMEOUT_MS, max_pending_messages=MAX_PENDING,
-                                      block_if_queue_full=True)
+                                      chunking_enabled=True, send_timeout_millis=SEND_TIMEOUT_MS,
+                                      max_pending_messages=MAX_PENDING, block_if_queue_full=True)
     try:
         held = int(producer.last_sequence_id())
         if held < 0:  # the broker kept no dedup state: look at what the target holds

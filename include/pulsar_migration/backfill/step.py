@@ -5,9 +5,11 @@
 
 backfill_window, sink `pulsar` (options.backfill_sink): the copy of replicate_topics, capped at the window's
 end. Its position map lives in a state dir shared by all windows (options.backfill_state_dir), so each window
-continues where the last one ended and a re-run finds nothing left to send; a partition the map does not know
-yet starts at the window's first entry. So a run copies what the target lacks up to the window's end: after a
-skipped window, the next run brings both (nothing is lost), and re-running an old window changes nothing.
+continues where the last one ended and a re-run finds nothing left to send. The state dir records where its copy
+began (the first window's start, `coverage.json`): a partition the map does not know yet starts there, and a window
+with messages before it is refused (they would land after later ones). So a run copies what the target lacks up to
+the window's end: after a skipped or failed window, the next run brings both (nothing is lost), and re-running a
+window changes nothing.
 
 backfill_window, sink `parquet`: the window's messages (window.py says which) are written to the archive at
 options.archive_path, replacing that window's partitions, then read back and compared per partition (rows,
@@ -20,16 +22,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import NotFound
+from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.backfill import archive as arch
 from pulsar_migration.backfill.restore import restore_rows, target_topic
-from pulsar_migration.backfill.window import Window, WindowRange, entry_before, source_partitions, window_range
+from pulsar_migration.backfill.window import (
+    Window,
+    WindowRange,
+    entry_before,
+    first_at_or_after,
+    source_partitions,
+    window_range,
+)
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import step as replication
 from pulsar_migration.report import stable_hash
@@ -39,6 +51,7 @@ log = logging.getLogger(__name__)
 
 BACKFILL_STEP = "backfill_window"
 RESTORE_STEP = "restore_window"
+COVERAGE = "coverage.json"  # in the cluster sink's state dir: where its copy begins
 
 
 def add_window_args(parser: argparse.ArgumentParser) -> None:
@@ -95,23 +108,65 @@ def run_backfill(ctx: StepContext) -> None:
             admin.close()
         _to_archive(ctx, window, ranges, guards)
     else:
-        _to_cluster(ctx, ranges)
+        _to_cluster(ctx, window, ranges)
 
 
-def _to_cluster(ctx: StepContext, ranges: list[WindowRange]) -> None:
+def coverage_start(ctx: StepContext, state: str, window: Window) -> int:
+    """Where the state dir's copy begins (ms): the start of the first window run with it, recorded then
+    (`COVERAGE`)."""
+    spark = None if rundir.is_local(state) else ctx.spark
+    if rundir.exists(state, COVERAGE, spark):
+        return int(json.loads(rundir.read_text(state, COVERAGE, spark))["start_ms"])
+    if not ctx.dry_run:
+        rundir.ensure_dir(state, spark)
+        rundir.write_text(state, COVERAGE, json.dumps({"start": window.start.isoformat(),
+                                                       "start_ms": window.start_ms}), spark)
+    return window.start_ms
+
+
+def check_covered(ctx: StepContext, admin: PulsarAdmin, state: str, window: Window, ranges: list[WindowRange],
+                  covered_from: int) -> None:
+    """BadInput for a window with messages published before where the state dir began: they would land on the target
+    after later ones (the copy keeps each partition's order), and the map, already past them, would copy none of
+    them. A window that only starts earlier, with no message before that, runs (a scheduled hour around it)."""
+    if window.start_ms >= covered_from:
+        return
+    early = [wr.topic for wr in ranges if not wr.empty and wr.first is not None
+             and wr.first < first_at_or_after(admin, wr.topic, covered_from)]
+    if early:
+        began = datetime.fromtimestamp(covered_from / 1000, UTC).isoformat()
+        raise BadInput(f"window {window} has messages before {began}, where the backfill state dir {state} began "
+                       f"({len(early)} partition(s), first {early[0]}): they would land on {ctx.spec.target} after "
+                       "later ones; copy them with a new options.backfill_state_dir, or to the archive "
+                       "(backfill_sink parquet)")
+
+
+def _to_cluster(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> None:
     by_topic = {r.topic: r for r in ranges}
     src_admin = ctx.spec.source_cluster.admin()
+    state = state_dir(ctx)
+    ctx.report.details["state_dir"] = state
+    covered_from = coverage_start(ctx, state, window)
+    ctx.report.details["state_covers_from"] = datetime.fromtimestamp(covered_from / 1000, UTC).isoformat()
 
-    def bound(topic: str) -> tuple[Position, Position | None] | None:
+    def new_partition_start(topic: str, first: Position) -> Position | None:
+        """A partition the map does not know starts where the state dir began: its messages in windows that ran
+        before it reached the map (a window failed on it, say, before sync_metadata created it on the target) are
+        copied now instead of skipped."""
+        if covered_from < window.start_ms:
+            first = min(first, first_at_or_after(src_admin, topic, covered_from))
+        return entry_before(src_admin, topic, first)
+
+    def bound(topic: str) -> tuple[Position, Callable[[], Position | None]] | None:
         wr = by_topic.get(topic)
         if wr is None or wr.empty:
             return None
         assert wr.first is not None and wr.upper is not None
-        return wr.upper, entry_before(src_admin, topic, wr.first)
+        first = wr.first
+        return wr.upper, lambda: new_partition_start(topic, first)
 
-    state = state_dir(ctx)
-    ctx.report.details["state_dir"] = state
     try:
+        check_covered(ctx, src_admin, state, window, ranges, covered_from)
         # The copy's map lives in the state dir; its report is this window's.
         replication.run(dataclasses.replace(ctx, run_dir=state), bound=bound)
     finally:

@@ -66,9 +66,9 @@ AUTO = "auto"
 BEFORE_EVERYTHING = Position(-1, -1)
 DRIVER_DELTA_MAX_ENTRIES = 20_000
 
-# A bound on one partition's copy (backfill windows): (upper inclusive, first entry of a partition the map does
-# not know yet), or None to leave the partition out of this run.
-Bound = Callable[[str], "tuple[Position, Position | None] | None"]
+# A bound on one partition's copy (backfill windows): (upper inclusive, the source entry after which a partition the
+# map does not know yet starts, or a function asked for it only then), or None to leave the partition out of this run.
+Bound = Callable[[str], "tuple[Position, Position | Callable[[], Position | None] | None] | None"]
 
 
 def run(ctx: StepContext, *, keep_identity: bool = False, in_driver: bool | Literal["auto"] = False,
@@ -216,8 +216,9 @@ def inventory(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmi
             if limit is None:
                 return None
             upper = min(upper, limit[0]) if upper else None
-            if end is None and limit[1] is not None:
-                map_end = (None, limit[1])  # new to the map: start after this source entry, scan the whole target
+            start = None if end is not None else limit[1]() if callable(limit[1]) else limit[1]
+            if start is not None:
+                map_end = (None, start)  # new to the map: start after this source entry, scan the whole target
         return PartitionJob(topic, local, index, upper, map_end, target_exists=local in target_topics)
 
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
