@@ -16,7 +16,9 @@ import pyarrow.dataset as pads
 import pytest
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.backfill.edges import edge_name
 from pulsar_migration.backfill.step import BACKFILL_STEP, RESTORE_STEP, add_window_args, run_backfill, run_restore
+from pulsar_migration.backfill.window import Window
 from pulsar_migration.stepjob import run_step
 from pulsar_migration.throttle import BURST_S
 
@@ -149,11 +151,18 @@ def test_windows_to_the_archive_and_back_exactly_once(
     day = datetime.fromtimestamp(edges[0] / 1000, UTC).strftime("%Y-%m-%d")
     assert (archive / f"tenant={tenant}" / "namespace=ns" / "topic=parted" / f"date={day}").is_dir()
 
-    # Re-running a window rewrites the same rows: the archive is unchanged.
+    # Each edge was cut once, by the first window to reach it, and kept for the window on its other side.
+    assert sorted(p.name for p in (archive / "_edges" / f"tenant={tenant}").iterdir()) == sorted(
+        edge_name(ms) for ms in edges)
+    assert {row["window"] for row in rows} == {Window.parse(iso(edges[k]), iso(edges[k + 1])).label
+                                               for k in range(BATCHES)}
+
+    # Re-running a window reads the same rows and leaves the archive as it is.
     assert backfill(spec, tmp_path / "w0-again", edges, 0) == 0
     again = pads.dataset(str(archive), format="parquet", partitioning="hive").to_table().to_pylist()
     assert sorted(r["digest"] for r in again) == sorted(r["digest"] for r in rows)
-    assert step_report(tmp_path / "w0-again", BACKFILL_STEP)["hashes"]["archive"] == first["hashes"]["archive"]
+    rerun = step_report(tmp_path / "w0-again", BACKFILL_STEP)
+    assert rerun["hashes"]["archive"] == first["hashes"]["archive"] and rerun["details"]["already_archived"] is True
 
     # Restore window 1 into the target, twice: its batch arrives once, in order per partition.
     create_topics(admin_b, cluster_b, tenant)

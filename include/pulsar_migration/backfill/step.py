@@ -11,9 +11,11 @@ with messages before it is refused (they would land after later ones). So a run 
 the window's end: after a skipped or failed window, the next run brings both (nothing is lost), and re-running a
 window changes nothing.
 
-backfill_window, sink `parquet`: the window's messages (window.py says which) are written to the archive at
-options.archive_path, replacing that window's partitions, then read back and compared per partition (rows,
-digest sums, each row's digest recomputed, the last entry read = the window's last entry).
+backfill_window, sink `parquet`: the window's messages (cut at its edges as the archive recorded them: edges.py)
+are written to the archive at options.archive_path, replacing that window's partitions, then read back and
+compared per partition (rows, digest sums, each row's digest recomputed, the last entry read = the window's last
+entry). A window archived already is not written again when the source gives the same rows, and is refused when it
+gives fewer (the archive is the backup of what retention has since removed).
 
 restore_window: the archived window replayed into the spec's *target* cluster, exactly once (restore.py).
 """
@@ -33,6 +35,7 @@ from typing import Any
 from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.backfill import archive as arch
+from pulsar_migration.backfill import edges
 from pulsar_migration.backfill.restore import restore_rows, target_topic
 from pulsar_migration.backfill.window import (
     Window,
@@ -89,11 +92,25 @@ def _record_window(ctx: StepContext, window: Window, ranges: list[WindowRange]) 
     ctx.report.counts["partitions_with_messages"] = sum(not r.empty for r in ranges)
 
 
+def archive_window_ranges(ctx: StepContext, window: Window) -> list[WindowRange]:
+    """The parquet sink's ranges: cut at the window's edges as the archive recorded them (backfill.edges)."""
+    spec, archive = ctx.spec, ctx.spec.archive_path
+    if not archive:
+        raise BadInput("backfill_sink 'parquet' needs options.archive_path")
+    admin = spec.source_cluster.admin()
+    try:
+        return edges.archive_ranges(admin, archive, spec.tenant, window, source_partitions(spec, admin),
+                                    concurrency=spec.admin_concurrency, record=not ctx.dry_run,
+                                    spark=None if rundir.is_local(archive) else ctx.spark)
+    finally:
+        admin.close()
+
+
 def run_backfill(ctx: StepContext) -> None:
     window = Window.parse(ctx.args.start, ctx.args.end)
     sink = ctx.spec.backfill_sink
     ctx.report.details["sink"] = sink
-    ranges = window_ranges(ctx, window)
+    ranges = archive_window_ranges(ctx, window) if sink == "parquet" else window_ranges(ctx, window)
     _record_window(ctx, window, ranges)
     log.info("window %s (%s): %d partition(s), %d with messages; sink %s", window, window.label, len(ranges),
              ctx.report.counts["partitions_with_messages"], sink)
@@ -194,10 +211,13 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
                                               "held_back_s": round(held_back.value, 3)}
         ctx.report.counts["source_messages"] = sum(t["rows"] for t in source.values())
         _check_complete(ranges, source)
+        archived = _archived_totals(ctx, window)
+        unchanged = bool(archived) and archive_change(window, archived, source) == "unchanged"
+        ctx.report.details["already_archived"] = unchanged
         if ctx.dry_run:
             return
         started = time.monotonic()
-        if source:
+        if source and not unchanged:
             arch.write_window(frame, archive)
         ctx.report.details["write_s"] = round(time.monotonic() - started, 3)
     finally:
@@ -205,6 +225,34 @@ def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
     started = time.monotonic()
     _verify_archive(ctx, window, source)
     ctx.report.details["verify_s"] = round(time.monotonic() - started, 3)
+
+
+def _archived_totals(ctx: StepContext, window: Window) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per partition, what the archive already holds of the window (of the spec's selected topics)."""
+    frame = arch.read_archived(ctx.spark, ctx.spec.archive_path or "", ctx.spec.tenant, window)
+    if frame is None:
+        return {}
+    totals = arch.partition_totals(frame)
+    return {k: v for k, v in totals.items()
+            if ctx.spec.namespace_selected(k[0]) and ctx.spec.topics.selects(f"{k[0]}/{k[1]}")}
+
+
+def archive_change(window: Window, archived: dict[tuple[str, str, int], dict[str, Any]],
+                   source: dict[tuple[str, str, int], dict[str, Any]]) -> str:
+    """What writing the window again would do to the archive: "unchanged" (the same rows: nothing is written),
+    "completed" (more rows than an earlier, partial write). StepFailed where the source now gives fewer messages of a
+    partition than the archive holds (retention or a delete took them since): the archive is the backup, and
+    overwriting it would lose them."""
+    if archived == source:
+        return "unchanged"
+    shrunk = sorted(k for k, held in archived.items() if held["rows"] > (source.get(k) or {}).get("rows", 0))
+    if shrunk:
+        first = "/".join(str(x) for x in shrunk[0])
+        raise StepFailed(f"window {window.label} is archived with more messages than the source now gives on "
+                         f"{len(shrunk)} partition(s) (first: {first}: {archived[shrunk[0]]['rows']} archived, "
+                         f"{(source.get(shrunk[0]) or {}).get('rows', 0)} now): the archive is kept as it is; delete "
+                         "the window's partitions there to archive what the source holds now")
+    return "completed"
 
 
 def _check_complete(ranges: list[WindowRange], totals: dict[tuple[str, str, int], dict[str, Any]]) -> None:

@@ -2,9 +2,10 @@
 
 A window `[start, end)` covers, on each partition, the entries from the first one published at or after
 `start` up to (not including) the first one published at or after `end`, as the broker finds them
-(`GET .../messageid/{timestamp}`, the lookup behind `pulsar-admin topics get-message-id`). Consecutive
-windows therefore meet at the same entry: every entry belongs to exactly one window, even when producers'
-clocks disagree a little (an entry's window then follows its position, not its own timestamp).
+(`GET .../messageid/{timestamp}`, the lookup behind `pulsar-admin topics get-message-id`); an entry's window
+follows its position, not its own timestamp. The answer can move when an entry published before an edge is stored
+after it, so the archive cuts each edge once and keeps the cut (edges.py); the cluster sink continues from its
+position map instead.
 """
 
 from __future__ import annotations
@@ -48,11 +49,18 @@ class Window:
 
     @property
     def label(self) -> str:
-        """`20261122T100000Z` (the start): the archive's `window=` partition and the report's name for it."""
-        return self.start.strftime("%Y%m%dT%H%M%SZ")
+        """`20261122T100000Z-20261122T110000Z` (start and end, to the second; milliseconds when a window has them):
+        the archive's `window=` partition and the report's name for it. Both edges: a window of the same start and
+        another end (a half hour within an archived hour) is another window, not a rewrite of it."""
+        return f"{_stamp(self.start)}-{_stamp(self.end)}"
 
     def __str__(self) -> str:
         return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+def _stamp(instant: datetime) -> str:
+    millis = instant.microsecond // 1000
+    return instant.strftime("%Y%m%dT%H%M%S") + (f".{millis:03d}Z" if millis else "Z")
 
 
 def _instant(text: str) -> datetime:
