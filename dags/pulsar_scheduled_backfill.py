@@ -7,12 +7,14 @@ Every hour (with catchup) copies the messages published in the run's data interv
 - **pulsar** (default): the target connection's cluster, exactly once by the copy rules of
   `replicate_topics` (target deduplication, sequence ids from source positions, resume from what the target
   holds). A position map kept across windows (`RUN_DIR/../_state/<tenant>.<source>.<target>/`) makes each
-  window continue where the one before ended: a skipped window is carried by the next run, and re-running a
-  window changes nothing. The target needs the tenant's topics: run `pulsar_tenant_migration` with *Dry run*
-  off up to sync_metadata, or sync_metadata alone, first.
+  window continue where the one before ended: a skipped or failed window is carried by the next run, and
+  re-running a window changes nothing. The state begins at the first window run with it: a window with messages
+  before that is refused (they would land after later ones). The target needs the tenant's topics: run
+  `pulsar_tenant_migration` with *Dry run* off up to sync_metadata, or sync_metadata alone, first.
 - **parquet**: an archive at *Archive path* (`s3a://...` at scale), partitioned by
-  `tenant/namespace/topic/date/window`; a window's partitions are replaced as a whole, so a re-run rewrites the
-  same rows. Geo-replication is no backup (a delete replicates too): the archive is.
+  `tenant/namespace/topic/date/window` (the window named by both its edges); a re-run finds the same rows and
+  leaves them, and is refused when the source now gives fewer (the archive keeps what retention removed).
+  Geo-replication is no backup (a delete replicates too): the archive is.
   `pulsar_archive_restore` replays an archived window into a cluster, exactly once.
 
 Tasks: **render_spec** (the form + connections -> `RUN_DIR/spec.json`), **backfill_window** (spark-submit
@@ -23,10 +25,11 @@ counts in XCom; fails when the step did).
 *Copy rate limit (MB/s)* caps how fast a window reads the source (payload bytes, over all partitions), for
 backfills that run beside production traffic.
 
-Windows are cut by the broker's own publish-time lookup, so consecutive windows meet at one entry and every
-message belongs to exactly one window. *Window start*/*Window end* in the form override the data interval for a
-manual run of any window. Past ranges: `airflow backfill create --dag-id pulsar_scheduled_backfill
---from-date ... --to-date ...` (one run at a time, oldest first).
+Windows are cut by the broker's own publish-time lookup; the archive keeps each edge's cut once made, so
+consecutive windows meet at one entry and every message belongs to exactly one window whenever they run (the
+cluster sink continues from its position map). *Window start* and *Window end* in the form (both, or neither)
+override the data interval for a manual run of any window. Past ranges: `airflow backfill create --dag-id
+pulsar_scheduled_backfill --from-date ... --to-date ...` (one run at a time, oldest first).
 
 **Retries are safe** because the step is idempotent: the Spark task retries twice (20 s apart). A refused
 input (exit 2: unknown tenant, a topic missing on the target, no archive path) fails at once.

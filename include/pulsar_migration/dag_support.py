@@ -184,6 +184,15 @@ def lookup_from_connection(conn: Any) -> dict[str, Any]:
     return {**entry, "trust_certs_file": trust} if trust else entry
 
 
+def check_window(params: Mapping[str, Any]) -> None:
+    """ValueError when the form gives one window edge without the other: the missing one would come from the run's
+    data interval (another window than meant), and a manual run without a logical date has none."""
+    given = [name for name in ("window_start", "window_end") if params.get(name)]
+    if len(given) == 1:
+        missing = "window_end" if given == ["window_start"] else "window_start"
+        raise ValueError(f"{given[0]} is set but {missing} is not: give both, or neither for the run's data interval")
+
+
 def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
                   lookup_conn: Any | None = None, root: str | Path | None = None) -> dict[str, Any]:
     """The validated MigrationSpec document (defaults filled in) for a trigger's params and its two connections

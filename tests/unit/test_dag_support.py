@@ -205,3 +205,15 @@ def test_a_connection_may_hold_a_token_file_instead_of_a_token() -> None:
         "cluster_name": "cluster-b", "service_url": "pulsar://127.0.0.1:6652", "oauth2": oauth})
     doc = spec_document(PARAMS, A, with_oauth)
     assert MigrationSpec.from_dict(doc).target_cluster.oauth2.credentials_file == "/etc/pulsar/b.json"
+
+
+def test_a_window_needs_both_edges_or_neither() -> None:
+    from pulsar_migration.dag_support import check_window
+
+    check_window({"window_start": None, "window_end": None})
+    check_window({"window_start": "2026-11-22T10:00:00Z", "window_end": "2026-11-22T11:00:00Z"})
+    check_window({"tenant": "acme"})  # a DAG without a window
+    with pytest.raises(ValueError, match="window_start is set but window_end is not"):
+        check_window({"window_start": "2026-11-22T10:00:00Z", "window_end": None})
+    with pytest.raises(ValueError, match="window_end is set but window_start is not"):
+        check_window({"window_start": "", "window_end": "2026-11-22T11:00:00Z"})
