@@ -392,9 +392,15 @@ def test_a_sync_killed_while_applying_is_finished_by_the_next(migrated: dict[str
                         migrated["run"].parent / "marks", settle_s=3, timeout_s=240)
     # Half-applied: the cursor was reset (nothing acked) and about 5,000 of the 10,500 acks landed.
     assert exact_backlog < precise_backlog(admin_b, path) < HOLES_MESSAGES
+    # Meanwhile a subscription went on the source (deleted; expiry does the same): the target's is left, and named.
+    admin_a: PulsarAdmin = migrated["admin_a"]
+    admin_a.delete(f"/persistent/{tenant}/ns/mixed/subscription/exclusive-none", expect_json=False)
 
     assert sync(migrated["spec"], migrated["run"]) == 0
     rep = progress_report(migrated["run"])
+    assert rep["counts"]["target_only_subscriptions"] == 1
+    assert rep["details"]["target_only_subscriptions"] == [
+        {"topic": f"persistent://{tenant}/ns/mixed", "subscription": "exclusive-none"}]
     assert rep["verdict"] == "ok" and rep["counts"]["lost"] == 0 == rep["counts"]["duplicated"]
     assert rep["counts"]["subscriptions_set"] >= 1
     assert rep["hashes"]["source_acked"] == rep["hashes"]["target_acked"]

@@ -5,7 +5,9 @@ backlog (`stats`).
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
@@ -13,6 +15,8 @@ from urllib.parse import unquote_plus
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.resources import is_system_cursor
 from pulsar_migration.positions import AckRange, Position, parse_ack_ranges
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,3 +69,17 @@ def cursor_state(topic: str, name: str, cursor: dict[str, Any], sub_stats: dict[
         ranges=tuple(parse_ack_ranges(cursor.get("individuallyDeletedMessages"))),
         sub_type=str(sub_stats.get("type") or "None"), consumers=len(sub_stats.get("consumers") or []),
         backlog=int(sub_stats.get("msgBacklog") or 0), read_at_ms=read_at_ms)
+
+
+def note_target_only(report: Any, source: Iterable[CursorState], target: Iterable[CursorState]) -> None:
+    """Subscriptions the target has on a partition whose source lacks them (deleted or expired there since
+    sync_metadata created them, or the target's own): counted and named in the report, left as they are. After the
+    switch a client subscribing under such a name gets the target cursor's backlog, where the source would have
+    created the subscription afresh; the operator deletes them (`pulsar-admin topics unsubscribe`) or keeps them."""
+    had = {(s.topic, s.subscription) for s in source}
+    only = sorted({(s.topic, s.subscription) for s in target} - had)
+    report.counts["target_only_subscriptions"] = len(only)
+    if only:
+        report.details["target_only_subscriptions"] = [{"topic": t, "subscription": n} for t, n in only[:100]]
+        log.warning("%d subscription(s) on the target the source does not have (first: %s on %s): left as they are",
+                    len(only), only[0][1], only[0][0])

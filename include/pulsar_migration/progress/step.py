@@ -29,7 +29,7 @@ from pulsar_migration.progress.apply import (
     ProgressError,
     apply_cursor,
 )
-from pulsar_migration.progress.cursors import CursorState, read_cursors
+from pulsar_migration.progress.cursors import CursorState, note_target_only, read_cursors
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import inventory
 from pulsar_migration.report import stable_hash
@@ -103,6 +103,7 @@ def _sync(ctx: StepContext, jobs: list[Any], position_map: Any, markdelete_only:
         report.details["source_state_read_at"] = {"first": _iso(min(read_at)), "last": _iso(max(read_at))}
     report.counts["subscriptions"] = len(source_states)
     report.counts["source_ranges"] = sum(len(s.ranges) for s in source_states)
+    note_target_only(report, source_states, target_states)
     report.details["unreplicated_partitions"] = unreplicated(jobs, position_map)
 
     started = time.monotonic()

@@ -27,7 +27,7 @@ from typing import Any
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.positions import Position
 from pulsar_migration.progress.apply import ACK_MAX_IN_FLIGHT, VERIFY_ATTEMPTS, Applied, CursorPlan, apply_cursor
-from pulsar_migration.progress.cursors import CursorState, cursor_states, read_cursors
+from pulsar_migration.progress.cursors import CursorState, cursor_states, note_target_only, read_cursors
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.step import driver_threads
 from pulsar_migration.snapshot import FenceSnapshot, PartitionState
@@ -185,6 +185,8 @@ def sync(ctx: StepContext, topics: list[str], snapshot: FenceSnapshot | None = N
                 windows[topic] = window_of(by_topic.get(topic, empty), list(subs.values()),
                                            [targets[topic][name] for name in subs])
             report.details["read_s"] = round(time.monotonic() - started, 3)
+            note_target_only(report, (c for t in topics for c in sources[t].values()),
+                             (c for t in topics for c in targets[t].values()))
             report.counts["window_rows"] = sum(len(rows) for rows in windows.values())
             before = [judge(windows[t], s, targets[t][n]) for t in windows for n, s in sources[t].items()]
             pending = [v for v in before if not v.exact]
