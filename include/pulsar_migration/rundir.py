@@ -7,6 +7,7 @@ run dir works on a laptop and on a cluster without extra client libraries.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -76,6 +77,16 @@ def exists(run_dir: str, name: str, spark: SparkSession | None = None) -> bool:
     if is_local(uri):
         return os.path.exists(local_path(uri))
     return _Hadoop(_session(spark, uri)).exists(uri)
+
+
+def remove(run_dir: str, name: str, spark: SparkSession | None = None) -> None:
+    """Deletes the file `name` in the run dir if it is there."""
+    uri = join(run_dir, name)
+    if is_local(uri):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local_path(uri))
+    else:
+        _Hadoop(_session(spark, uri)).delete(uri)
 
 
 def ensure_dir(run_dir: str, spark: SparkSession | None = None) -> None:
@@ -159,6 +170,10 @@ class _Hadoop:
     def exists(self, uri: str) -> bool:
         path, fs = self._path_fs(uri)
         return bool(fs.exists(path))
+
+    def delete(self, uri: str) -> None:
+        path, fs = self._path_fs(uri)
+        fs.delete(path, False)
 
     def mkdirs(self, uri: str) -> None:
         path, fs = self._path_fs(uri)

@@ -83,6 +83,34 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
         assert dry["verdict"] == "planned" and dry["details"]["plan"]["replication_to_source_only"] == ["ns"]
         assert sorted(admin_a.get(f"/persistent/{tenant}/ns/partitioned")) == [f"persistent://{tenant}/ns/orders"]
 
+        # A topic created on the source while the verification ran is not deleted unverified: refused, nothing
+        # deleted (before, the delete list was read again after the verification and took it along).
+        verified = cleanup_step.verify
+
+        def verify_then_a_topic_arrives(*args: object) -> None:
+            verified(*args)  # type: ignore[arg-type]
+            admin_a.put(f"/persistent/{tenant}/ns/late")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(cleanup_step, "verify", verify_then_a_topic_arrives)
+            assert cleanup(spec, run_dir) == 1
+        assert "changed since they were verified" in json.loads((run_dir / f"{STEP}.json").read_text())["error"]
+        assert f"persistent://{tenant}/ns/late" in admin_a.get(f"/persistent/{tenant}/ns")  # (empty: verified next)
+        # The route check right before the deletes failing (the lookup service briefly away): nothing deleted, and
+        # the marker that refuses a rollback is gone again (the way back is intact).
+        asked: list[str] = []
+
+        def away_the_second_time(spec: object) -> None:
+            asked.append("route")
+            if len(asked) > 1:
+                raise cleanup_step.CleanupError("lookup service at ... is unreachable: ConnectionError")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(cleanup_step, "check_route", away_the_second_time)
+            assert cleanup(spec, run_dir) == 1
+        assert len(asked) == 2 and not (run_dir / cleanup_step.CLEANUP_STARTED).exists()
+        assert sorted(admin_a.get(f"/persistent/{tenant}/ns/partitioned")) == [f"persistent://{tenant}/ns/orders"]
+
         def refused(admin: PulsarAdmin, tenant: str, ns: str) -> None:
             raise AdminError(f"DELETE /namespaces/{tenant}/{ns} on {admin.name} failed with HTTP 422: HTTP 422 {{}}",
                              422)
@@ -92,7 +120,7 @@ def test_cleanup_after_a_geo_switch_touches_only_the_source(
             assert cleanup(spec, run_dir, "--delete-tenant") == 1
         failed = json.loads((run_dir / f"{STEP}.json").read_text())
         assert "HTTP 422" in failed["error"] and "\n" not in failed["error"]
-        assert failed["counts"]["topics_deleted"] == 2 and failed["counts"]["messages_verified"] == 600
+        assert failed["counts"]["topics_deleted"] == 3 and failed["counts"]["messages_verified"] == 600
         assert admin_a.get(f"/namespaces/{tenant}") == [f"{tenant}/ns"]  # topics gone, namespace and tenant left
 
         assert cleanup(spec, run_dir, "--delete-tenant") == 0

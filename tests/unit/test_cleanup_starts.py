@@ -15,6 +15,7 @@ from pulsar_migration.cleanup.step import (
     CleanupError,
     SourceRange,
     first_copies_from,
+    last_copies_before,
     target_starts,
     trimmed_on_target,
 )
@@ -74,6 +75,10 @@ def test_the_first_copy_the_target_still_holds_is_found_per_partition(
     assert first_copies_from(ctx, {A: Position(94, 7)}) == {A: (Position(10, 5), Position(95, 0))}
     assert first_copies_from(ctx, {B: Position(92, 0)}) == {}
     assert first_copies_from(ctx, {}) == {}
+    # ... and the last copy before it (gone with the trimmed ledgers): the one the subscriptions must be past
+    assert last_copies_before(ctx, {A: Position(95, 0), B: Position(91, 3), "persistent://t/ns/c": Position(1, 0)}
+                              ) == {A: Position(90, 4), B: Position(91, 2)}
+    assert last_copies_before(ctx, {B: Position(91, 0)}) == {}
 
 
 class TargetAdmin:
@@ -91,11 +96,12 @@ class TargetAdmin:
 
 
 UPPER = Position(10, 9)
+LAST_LOST = Position(90, 9)
 
 
-def trimmed(admin: TargetAdmin, cut: tuple[Position, Position] | None, map_end: Position | None
-            ) -> tuple[Any, Any, list[Position]]:
-    """trimmed_on_target for a source of 10 messages at 10:0-10:9 whose copies from 90:0 on are gone."""
+def trimmed(admin: TargetAdmin, cut: tuple[Position, Position] | None, map_end: Position | None,
+            last_lost: Position | None = LAST_LOST) -> tuple[Any, Any, list[Position]]:
+    """trimmed_on_target for a source of 10 messages at 10:0-10:9 whose copies 90:0-90:9 are gone."""
     report = StepReport(step="cleanup_source", tenant="t", source="a", target="b", spec_hash="x")
     content = ContentHash(messages=10)
     asked: list[Position] = []
@@ -106,7 +112,7 @@ def trimmed(admin: TargetAdmin, cut: tuple[Position, Position] | None, map_end: 
 
     source, start = trimmed_on_target(types.SimpleNamespace(report=report), admin, A,
                                       SourceRange(content, Position(10, 0), UPPER), Position(90, 0),
-                                      Position(91, 0), cut, map_end, read_from)
+                                      Position(91, 0), cut, map_end, last_lost, read_from)
     return (source.messages, start, report.counts.get("messages_trimmed_on_target")), report, asked
 
 
@@ -114,7 +120,7 @@ MARKED = {COPY_TARGET_PROPERTY: "a"}
 
 
 def test_copies_the_target_trimmed_are_counted_and_the_rest_compared_from_the_first_one_left() -> None:
-    consumed = {"sub": "91:0", "pulsar.dedup": "90:5"}
+    consumed = {"sub": "91:0", "pulsar.dedup": "90:9"}
     found, _, asked = trimmed(TargetAdmin(MARKED, consumed), (Position(10, 6), Position(91, 0)), Position(10, 9))
     assert found == (4, Position(91, 0), 6) and asked == [Position(10, 6)]
     # Every copy gone, and the source holds nothing after the map's end: all counted, nothing left to compare.
@@ -125,6 +131,8 @@ def test_copies_the_target_trimmed_are_counted_and_the_rest_compared_from_the_fi
 @pytest.mark.parametrize(("properties", "cursors", "cut", "map_end", "says"), [
     ({}, {}, None, Position(10, 9), "lacks the pulsar-migration.copy-target mark"),
     (MARKED, {"sub": "89:3"}, None, Position(10, 9), "subscription sub there did not consume them"),
+    # inside the copies gone: it never read 90:3-90:9 (lost there, not consumed)
+    (MARKED, {"sub": "90:2", "other": "90:9"}, None, Position(10, 9), "subscription sub there did not consume them"),
     (MARKED, {}, None, Position(10, 7), "holds entries after the position map's end 10:7 (up to 10:9): never copied"),
     (MARKED, {}, None, None, "after the position map's end None"),
 ])

@@ -42,12 +42,17 @@ from pulsar_migration.positions import Position
 from pulsar_migration.replication import posmap
 from pulsar_migration.replication.content import ContentHash
 from pulsar_migration.replication.follows import CLEANUP_STARTED, continued_by, rolled_back
-from pulsar_migration.replication.partition import COPY_SOURCE_PROPERTY, COPY_TARGET_PROPERTY, target_properties
-from pulsar_migration.replication.reading import read_range
+from pulsar_migration.replication.partition import (
+    COPY_SOURCE_PROPERTY,
+    COPY_TARGET_PROPERTY,
+    only_undeliverable_after,
+    target_properties,
+)
+from pulsar_migration.replication.reading import ReadError, read_range
 from pulsar_migration.report import StepReport, stable_hash
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
-from pulsar_migration.switch.step import connected_clients, selected_partitions
+from pulsar_migration.switch.step import connected_clients, partitions_of
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,10 @@ def run(ctx: StepContext) -> None:
             log.info("tenant %s is no longer on the source %s: nothing left to clean", spec.tenant, spec.source)
             report.details["already_clean"] = True
             return
-        partitions = selected_partitions(ctx, src_admin)
+        # One reading of the source's topics serves the verification and the deletes: a topic or partition created
+        # meanwhile (the verification can take hours) is refused below, not deleted unverified.
+        layout = read_layout(src_admin, spec, must_exist=True)
+        partitions = partitions_of(spec, src_admin, layout)
         report.counts["partitions"] = len(partitions)
         if switched:
             verify(ctx, src_admin, tgt_admin, partitions)
@@ -89,7 +97,6 @@ def run(ctx: StepContext) -> None:
         clients = connected_clients(src_admin, partitions)
         if clients:
             raise CleanupError(f"{len(clients)} client(s) still use the source (first: {clients[0]}): nothing deleted")
-        layout = read_layout(src_admin, spec, must_exist=True)
         # The whole tenant: every namespace it still has on the source, also those a cleanup stopped after
         # their topics were deleted (a re-run must finish them, and the tenant, not report ok around them).
         selected = spec.namespaces or [ns.split("/", 1)[1] for ns in src_admin.get(f"/namespaces/{seg(spec.tenant)}")]
@@ -102,18 +109,28 @@ def run(ctx: StepContext) -> None:
                                   "tenant": spec.tenant if getattr(ctx.args, "delete_tenant", False) else None}
         if ctx.dry_run:
             return
-        # From here on a rollback of this run is refused; one already under way flipped the route back by now, or
-        # fails before its flip (the source's topics are gone).
-        rundir.write_text(ctx.run_dir, CLEANUP_STARTED, json.dumps({"started_at": time.time()}) + "\n")
-        check_route(spec)
         before = target_fingerprint(tgt_admin, spec.tenant, namespaces)
-        for ns in replication:
-            src_admin.post(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/replication", [spec.source])
-        deleted = []
-        for topic, partitioned in topics:
-            path = src_admin.topic_path(topic) + ("/partitions" if partitioned else "")
-            src_admin.delete(path, params={"force": "true"}, expect_json=False)
-            deleted.append(topic)
+        unchanged_since_verified(ctx, src_admin, layout, partitions)
+        # From here on a rollback of this run is refused; one already under way flipped the route back by now, or
+        # fails before its flip (the source's topics are gone). The route is asked again after the marker: a
+        # rollback that flipped before it is seen here. A failure before the first topic is deleted (the route
+        # check, an outage) removes the marker again: the way back is intact, and must stay open.
+        rundir.write_text(ctx.run_dir, CLEANUP_STARTED, json.dumps({"started_at": time.time()}) + "\n")
+        deleted: list[str] = []
+        deleting = False
+        try:
+            check_route(spec)
+            for ns in replication:
+                src_admin.post(f"/namespaces/{seg(spec.tenant)}/{seg(ns)}/replication", [spec.source])
+            for topic, partitioned in topics:
+                path = src_admin.topic_path(topic) + ("/partitions" if partitioned else "")
+                deleting = True  # from the first delete asked on, the source may be partly gone
+                src_admin.delete(path, params={"force": "true"}, expect_json=False)
+                deleted.append(topic)
+        except BaseException:
+            if not deleting:
+                rundir.remove(ctx.run_dir, CLEANUP_STARTED)
+            raise
         report.counts["topics_deleted"] = len(deleted)
         removed = []
         for ns in namespaces:
@@ -143,6 +160,19 @@ def run(ctx: StepContext) -> None:
     finally:
         src_admin.close()
         tgt_admin.close()
+
+
+def unchanged_since_verified(ctx: StepContext, admin: PulsarAdmin, layout: Any, partitions: list[str]) -> None:
+    """CleanupError when the source's selected topics or partitions differ from those verified (created, deleted or
+    repartitioned since): deleting them would remove what nothing verified."""
+    now = read_layout(admin, ctx.spec, must_exist=True)
+    topics = sorted((ref.namespace, ref.topic, ref.partitioned) for ref in layout.topics)
+    if sorted((ref.namespace, ref.topic, ref.partitioned) for ref in now.topics) != topics or \
+            partitions_of(ctx.spec, admin, now) != partitions:
+        added = sorted(set(partitions_of(ctx.spec, admin, now)) - set(partitions))
+        raise CleanupError(f"the source's topics changed since they were verified ({len(added)} partition(s) new, "
+                           f"first: {added[0] if added else 'a topic gone or repartitioned'}): nothing deleted; "
+                           "run the cleanup again")
 
 
 def delete_namespace(admin: PulsarAdmin, tenant: str, ns: str) -> None:
@@ -210,25 +240,38 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
     rows = []
     try:
         sources = {topic: read_source(src_admin, src_client, topic) for topic in partitions}
+        # A reader of a topic the target lacks would create it there (brokers auto-create by default).
+        missing = [topic for topic, r in sources.items() if r.content.messages and not exists(tgt_admin, topic)]
+        if missing:
+            raise CleanupError(f"{len(missing)} partition(s) holding messages on the source are not on the target "
+                               f"{spec.target} (first: {missing[0]}; deleted there since, or created on the source "
+                               "after the migration): nothing deleted")
         starts = target_starts(ctx, {topic: r.first for topic, r in sources.items() if r.first is not None})
         held_from: dict[str, Position | None] = {}  # partitions whose target lost the copy at `start`
         for topic, start in starts.items():
             held = first_held(tgt_client, topic, start)
             if held is None or held > start:
                 held_from[topic] = held
-        cuts = first_copies_from(ctx, {topic: held for topic, held in held_from.items() if held is not None})
-        map_ends = mapped_source_ends(ctx, list(held_from)) if held_from else {}
+        still_held = {topic: held for topic, held in held_from.items() if held is not None}
+        cuts = first_copies_from(ctx, still_held)
+        last_lost = last_copies_before(ctx, still_held)
+        map_ends = mapped_ends(ctx, list(held_from)) if held_from else {}
+        for topic in held_from:  # nothing held from there: every copy after the start is gone
+            if topic not in still_held and topic in map_ends:
+                last_lost[topic] = map_ends[topic].target
         for topic, r in sources.items():
             rows.append(f"{topic}|{r.content.messages}|{r.content.hexdigest}")
             source, start = r.content, starts.get(topic)
             if topic in held_from:
+                end = map_ends.get(topic)
                 source, start = trimmed_on_target(ctx, tgt_admin, topic, r, starts[topic], held_from[topic],
-                                                  cuts.get(topic), map_ends.get(topic),
+                                                  cuts.get(topic), end.source if end else None, last_lost.get(topic),
                                                   functools.partial(read_source, src_admin, src_client, topic,
                                                                     upper=r.upper))
             target = ContentHash()
             if source.messages:
-                for message, info in read_range(tgt_client, topic, None, inclusive_start=start):
+                for message, info in read_range(tgt_client, topic, None, inclusive_start=start,
+                                                cluster=tgt_admin.name):
                     target.add(message, new_entry=info.batch_index <= 0)
                     if target.messages == source.messages:
                         break
@@ -238,6 +281,8 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
                                    f"(read {where}: {target.messages} of hash {target.hexdigest[:12]}, source "
                                    f"{source.hexdigest[:12]}): nothing deleted")
             report.count("messages_verified", source.messages)
+    except ReadError as exc:  # a broker port not answering, say: one line naming the cluster, not a traceback
+        raise CleanupError(f"{exc}: nothing deleted") from None
     finally:
         src_client.close()
         tgt_client.close()
@@ -246,6 +291,7 @@ def verify(ctx: StepContext, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin, par
 
 def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: SourceRange, start: Position,
                       held: Position | None, cut: tuple[Position, Position] | None, map_end: Position | None,
+                      last_lost: Position | None,
                       read_from: Callable[[Position], SourceRange]) -> tuple[ContentHash, Position | None]:
     """The source messages still to compare, and where their copies start on the target, for a target partition
     that no longer holds the copy at `start` (`held`: its first entry from there; `cut`: the first map row at or
@@ -260,8 +306,11 @@ def trimmed_on_target(ctx: StepContext, admin: PulsarAdmin, topic: str, r: Sourc
         raise CleanupError(f"{there} and lacks the {COPY_TARGET_PROPERTY} mark (deleted and created again since, "
                            "or copied before the marks existed): nothing deleted")
     cursors = admin.get(f"{admin.topic_path(topic)}/internalStats").get("cursors") or {}
+    # A durable subscription consumed every copy gone only if its markDelete is at or past the last of them
+    # (`last_lost`, the map's last target entry before `held`); the broker trims a ledger only then.
+    consumed_to = last_lost or start
     behind = sorted(name for name, cursor in cursors.items()
-                    if Position.parse(cursor.get("markDeletePosition") or "-1:-1") < start)
+                    if Position.parse(cursor.get("markDeletePosition") or "-1:-1") < consumed_to)
     if behind:
         raise CleanupError(f"{there} although subscription {behind[0]} there did not consume them (lost on the "
                            "target?): nothing deleted")
@@ -283,10 +332,28 @@ def read_source(admin: PulsarAdmin, client: Any, topic: str, start: Position | N
             return SourceRange(ContentHash())
         upper = Position(int(last["ledgerId"]), int(last["entryId"]))
     found = SourceRange(ContentHash(), upper=upper)
-    for message, info in read_range(client, topic, None, upper, inclusive_start=start):
+    last_read: Position | None = None
+    for message, info in read_range(client, topic, None, upper, inclusive_start=start, cluster=admin.name):
         found.first = found.first or info.position
         found.content.add(message, new_entry=info.batch_index <= 0)
+        last_read = info.position
+    # A reader stops short of the last entry when the rest is not deliverable yet (messages behind an open
+    # transaction) or took "no more" for the end: what it left would be deleted unverified.
+    if (last_read is None or last_read < upper) and not only_undeliverable_after(
+            admin, topic, last_read or Position(upper.ledger, -1), upper, reader_stopped=True):
+        raise CleanupError(f"{topic}: the source read ended at {last_read or 'its start'}, before its last entry "
+                           f"{upper}, and what lies between is not only transaction markers, aborted messages or "
+                           "incomplete chunks (an open transaction holds messages back?): nothing deleted")
     return found
+
+
+def exists(admin: PulsarAdmin, topic: str) -> bool:
+    """Whether the cluster has the partition (asked without loading or creating it)."""
+    try:
+        admin.get(f"{admin.topic_path(topic)}/internalStats")
+        return True
+    except NotFound:
+        return False
 
 
 def first_held(client: Any, topic: str, start: Position) -> Position | None:
@@ -347,13 +414,27 @@ def map_rows_joined(ctx: StepContext, rows: list[tuple], columns: list[str], on:
     return (joined.where(spark_where) if spark_where else joined).toPandas()
 
 
-def mapped_source_ends(ctx: StepContext, topics: list[str]) -> dict[str, Position]:
-    """Per partition, the last source entry the position map holds."""
+def mapped_ends(ctx: StepContext, topics: list[str]) -> dict[str, posmap.MapEnd]:
+    """Per partition, the last entries the position map holds (source and target)."""
     if rundir.is_local(ctx.run_dir):
         ends = posmap.ends_of(posmap.read_local(ctx.run_dir, topics))
     else:
         ends = posmap.collect_ends(ctx.spark, ctx.run_dir)
-    return {topic: end.source for topic, end in ends.items() if topic in topics}
+    return {topic: end for topic, end in ends.items() if topic in topics}
+
+
+def last_copies_before(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, Position]:
+    """Per partition, the target entry of the last mapped message before the one in `held_from` (absent: none)."""
+    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in held_from.items()],
+                            ["topic", "held_ledger", "held_entry"], on="topic",
+                            spark_where="target_ledger < held_ledger OR (target_ledger = held_ledger AND "
+                                        "target_entry < held_entry)")
+    if frame is None:
+        return {}
+    frame = frame[(frame.target_ledger < frame.held_ledger)
+                  | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry < frame.held_entry))]
+    last = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").tail(1)
+    return {row.topic: Position(int(row.target_ledger), int(row.target_entry)) for row in last.itertuples()}
 
 
 def replication_changes(ctx: StepContext, src: PulsarAdmin, tgt: PulsarAdmin, namespaces: list[str]) -> list[str]:

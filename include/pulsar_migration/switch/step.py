@@ -230,9 +230,14 @@ def namespaces(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
 
 
 def selected_partitions(ctx: StepContext, admin: PulsarAdmin) -> list[str]:
+    return partitions_of(ctx.spec, admin, read_layout(admin, ctx.spec, must_exist=True))
+
+
+def partitions_of(spec: MigrationSpec, admin: PulsarAdmin, layout: Any) -> list[str]:
+    """Every partition (or non-partitioned topic) of `layout`'s topics, as the source has them now."""
     topics = []
-    for ref in read_layout(admin, ctx.spec, must_exist=True).topics:
-        name = f"persistent://{ctx.spec.tenant}/{ref.namespace}/{ref.topic}"
+    for ref in layout.topics:
+        name = f"persistent://{spec.tenant}/{ref.namespace}/{ref.topic}"
         if ref.partitioned:
             count = int(admin.get(f"{admin.topic_path(name)}/partitions")["partitions"])
             topics += [f"{name}-partition-{i}" for i in range(count)]
