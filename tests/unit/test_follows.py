@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -224,3 +225,30 @@ def test_what_a_run_is_told_about_target_messages_no_copy_made() -> None:
     assert rows == [] and outcome.error == (
         f"{TOPIC} on the target holds messages that were not copied from the source (last entry 20:4 has no "
         f"__pm_source property){not_copied_hint(spec())}")
+
+
+def test_a_rollback_stays_known_when_a_dry_run_or_a_failed_rerun_replaces_its_report(tmp_path: Path) -> None:
+    """rollback_lookup notes the flip in the run dir; a later dry run of it (verdict planned, nothing it flipped)
+    rewrites rollback_lookup.json, and before the note the run then looked never rolled back: cleanup_source
+    accepted it and a continuing run was refused."""
+    run = tmp_path / "run"
+    run.mkdir()
+    report(run, "switch_lookup", route_after="b")
+    report(run, "rollback_lookup", route_after="a")
+    follows.note_rolled_back(str(run))
+    when = follows.rolled_back(str(run), "a")
+    assert when is not None
+    dry = StepReport.start("rollback_lookup", spec())
+    dry.dry_run = True
+    dry.details["already_rolled_back"] = True
+    dry.finish("planned")
+    dry.write(str(run))
+    report(run, "rollback_lookup", verdict="failed")  # a re-run that failed before reading the route
+    assert follows.rolled_back(str(run), "a") == when
+    (run / follows.ROLLED_BACK).unlink()
+    assert follows.rolled_back(str(run), "a") is None  # the report alone no longer says so
+    # switched again after the rollback: no longer rolled back
+    follows.note_rolled_back(str(run))
+    time.sleep(0.01)  # (the reports' times are to the millisecond)
+    report(run, "switch_lookup", route_after="b")
+    assert follows.rolled_back(str(run), "a") is None

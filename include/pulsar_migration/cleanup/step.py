@@ -197,7 +197,7 @@ def preconditions(ctx: StepContext) -> bool:
     back = rolled_back(ctx.run_dir, spec.source)
     if back is not None:
         later = continued_by(ctx.run_dir)
-        raise BadInput(f"the switch in {ctx.run_dir} was rolled back ({back.finished_at}): the clients went back to "
+        raise BadInput(f"the switch in {ctx.run_dir} was rolled back ({back}): the clients went back to "
                        "the source; " + (f"clean up after the run that migrated again, {later}" if later else
                                          "migrate again (Continue from run) and clean up after that run"))
     check_route(spec)

@@ -25,7 +25,7 @@ from typing import Any
 
 from pulsar_migration import rundir
 from pulsar_migration.replication import posmap
-from pulsar_migration.report import StepReport
+from pulsar_migration.report import StepReport, utc_now
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput
 
@@ -40,6 +40,9 @@ SEEDED_MARKER = "_seeded_from_earlier_run.json"  # in the map's dir: readers ski
 CONTINUED_NOTE = "continued_by.json"  # in the earlier run dir: which run continues it
 # Written by cleanup_source before it deletes anything on the source: a rollback of that run is refused from then on.
 CLEANUP_STARTED = "cleanup_source_deleting.json"
+# Written by rollback_lookup once the route is back on the source (never by a dry run): the rollback report alone
+# can be replaced by a later dry run or a failed re-run of the rollback, which do not say it flipped.
+ROLLED_BACK = "rollback_flipped.json"
 
 
 def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
@@ -64,12 +67,13 @@ def earlier_rows(spec: MigrationSpec, earlier: str) -> Any:
     frames = [forward]
     switched = _report(earlier, SWITCH_STEP)
     if switched is not None and _flipped(switched, spec.target, "already_switched"):
-        back = _report(earlier, ROLLBACK_STEP)
-        if back is None or not _flipped(back, spec.source, "already_rolled_back"):
+        back_at = rollback_flipped_at(earlier, spec.source)
+        if back_at is None:
+            back = _report(earlier, ROLLBACK_STEP)
             raise BadInput(f"{where} switched the tenant's clients to {spec.target} and was not rolled back "
                            f"({ROLLBACK_STEP} {back.verdict if back else 'never ran'}): there is nothing to migrate "
                            "again; roll it back first")
-        if (back.finished_at or "") < (switched.finished_at or ""):
+        if back_at < (switched.finished_at or ""):
             raise BadInput(f"{where} switched the tenant's clients to {spec.target} again after its rollback: "
                            "there is nothing to migrate again; roll it back first")
         reverse = posmap.read_local(rundir.join(earlier, ROLLBACK_DIR))
@@ -91,14 +95,31 @@ def _flipped(report: StepReport, to: str, already: str) -> bool:
     return report.details.get("route_after") == to or bool(report.details.get(already))
 
 
-def rolled_back(run_dir: str, source: str) -> StepReport | None:
-    """The rollback report of the migration run in `run_dir` when it flipped the route back to `source` after that
-    run's last switch (None: not rolled back, or switched again since)."""
+def rollback_flipped_at(run_dir: str, source: str) -> str | None:
+    """When the rollback of the migration run in `run_dir` last found the route back on `source` (its report, or
+    its ROLLED_BACK note, which later dry runs and failed re-runs leave in place); None: never."""
     back = _report(run_dir, ROLLBACK_STEP)
-    if back is None or not _flipped(back, source, "already_rolled_back"):
+    times = [back.finished_at or ""] if back is not None and _flipped(back, source, "already_rolled_back") else []
+    try:
+        times.append(str(json.loads(rundir.read_text(run_dir, ROLLED_BACK))["at"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    return max(times) if times else None
+
+
+def note_rolled_back(run_dir: str) -> None:
+    """Records that the route is back on the source now (rollback_lookup, after its flip or finding it done)."""
+    rundir.write_text(run_dir, ROLLED_BACK, json.dumps({"at": utc_now()}) + "\n")
+
+
+def rolled_back(run_dir: str, source: str) -> str | None:
+    """When the migration run in `run_dir` was rolled back to `source` after its last switch (None: not rolled back,
+    or switched again since)."""
+    back_at = rollback_flipped_at(run_dir, source)
+    if back_at is None:
         return None
     switched = _report(run_dir, SWITCH_STEP)
-    return back if switched is None or (back.finished_at or "") >= (switched.finished_at or "") else None
+    return back_at if switched is None or back_at >= (switched.finished_at or "") else None
 
 
 def continued_by(run_dir: str) -> str | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from pulsar_migration import rundir
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.replication import posmap
-from pulsar_migration.replication.follows import CLEANUP_STARTED, ROLLBACK_DIR
+from pulsar_migration.replication.follows import CLEANUP_STARTED, ROLLBACK_DIR, ROLLED_BACK, note_rolled_back
 from pulsar_migration.report import StepReport
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext
@@ -109,6 +109,8 @@ def run(ctx: StepContext) -> None:
         report.counts["partitions"] = len(partitions)
         if route == spec.source:
             report.details["already_rolled_back"] = True
+            if not ctx.dry_run and not rundir.exists(ctx.run_dir, ROLLED_BACK):
+                note_rolled_back(ctx.run_dir)  # an attempt killed after its flip, before its note
             with phases("probe"):
                 report.details["probe"] = probe(rctx, partitions)
             return
@@ -124,6 +126,7 @@ def run(ctx: StepContext) -> None:
             report.counts["reverse_map_rows_seeded"] = seed_reverse_map(ctx.run_dir, reverse_dir)
         # The reverse cutover's own catch-up copy runs first; its progress syncs follow inside cutover.
         cutover(rctx, lookup, tgt_admin, src_admin, partitions, phases)
+        note_rolled_back(ctx.run_dir)
         report.details["route_after"] = spec.source
         with phases("probe"):
             report.details["probe"] = probe(rctx, partitions)
