@@ -89,3 +89,38 @@ def test_a_cursor_reset_is_asked_again_while_the_subscription_is_busy(monkeypatc
 
     with pytest.raises(AdminError, match="reset cursor"):  # any other 412 at once
         asked_again_while_busy(refused, "reset of s on t")
+
+
+class SchemaAdmin:
+    """Takes schema posts, refusing the `refuse_at`-th (0-based) as the compatibility check does."""
+
+    name = "cluster-x"
+
+    def __init__(self, refuse_at: int | None = None) -> None:
+        self.refuse_at, self.posts = refuse_at, []  # type: ignore[var-annotated]
+
+    def post(self, path: str, body: Any = None, **_: Any) -> None:
+        if len(self.posts) == self.refuse_at:
+            raise Conflict("POST ... failed with HTTP 409: Incompatible schema: ...", 409, path)
+        self.posts.append(path)
+
+
+def schema_change(versions: int) -> Change:
+    body = {"versions": [{"type": "AVRO", "data": f"v{n}", "properties": {}} for n in range(versions)]}
+    return Change(side="target", kind="schema", key="ns/orders", namespace="ns", action=CREATE, desired="{}",
+                  change=json.dumps(body))
+
+
+def test_schema_versions_go_under_the_tenant_quoted_once() -> None:
+    """A tenant name with ':' was quoted twice (`acme%253Aeu`): the broker refused every schema post."""
+    admin = SchemaAdmin()
+    ChangeApplier(type("Spec", (), {"tenant": "acme:eu"})(), {"target": admin}).apply(  # type: ignore[arg-type,dict-item]
+        schema_change(2))
+    assert admin.posts == ["/schemas/acme%3Aeu/ns/orders/schema"] * 2
+
+
+def test_a_schema_version_the_target_refuses_fails_in_one_line_instead_of_passing_for_exists() -> None:
+    admin = SchemaAdmin(refuse_at=1)
+    with pytest.raises(AdminError, match="schema 2 of 3 of ns/orders refused by cluster-x's compatibility check"):
+        applier(admin).apply(schema_change(3))  # type: ignore[arg-type]
+    assert len(admin.posts) == 1

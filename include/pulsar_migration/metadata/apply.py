@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from pulsar_migration.admin import (
     BUSY_ATTEMPTS,
+    AdminError,
     Conflict,
     PulsarAdmin,
     asked_again_while_busy,
@@ -171,10 +172,18 @@ class ChangeApplier:
 
     def _apply_schema(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         ns, topic = c.key.split("/", 1)
-        # In order: each post becomes the next version, under the namespace's compatibility strategy.
-        for schema in body["versions"]:
-            admin.post(f"{schema_path(self.tenant, ns, topic)}/schema",
-                       {"type": schema["type"], "schema": schema["data"], "properties": schema["properties"]})
+        # In order: each post becomes the next version, under the namespace's compatibility strategy. A version the
+        # target refuses as incompatible (409: its strategy is stricter than the source's was when the history was
+        # written) fails in one line with the broker's reason: a CREATE's 409 otherwise passes for "exists".
+        for n, schema in enumerate(body["versions"]):
+            try:
+                admin.post(f"{schema_path(self.spec.tenant, ns, topic)}/schema",
+                           {"type": schema["type"], "schema": schema["data"], "properties": schema["properties"]})
+            except Conflict as exc:
+                raise AdminError(f"schema {n + 1} of {len(body['versions'])} of {c.key} refused by {admin.name}'s "
+                                 f"compatibility check, so its later versions cannot follow ({exc}): relax the "
+                                 "target namespace's schemaCompatibilityStrategy for the copy, or set it as the "
+                                 "source's history allows", exc.status, exc.path) from None
 
     def _apply_subscription(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         topic_local, sub = r.split_child_key(c.key)
