@@ -69,6 +69,7 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
         else:
             admin.put(path)
     admin.put(f"/non-persistent/{tenant}/audit/live-metrics/partitions", 2)  # partition metadata persists
+    admin.post(f"/non-persistent/{tenant}/audit/live-metrics/permissions/dashboards", ["consume"])
     subscriptions = {
         "orders/created": {"settlement": {"owner": "payments"}, "analytics": {}},
         "orders/dlq": {"replayer": {}},

@@ -63,11 +63,13 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     first = report(tmp_path / "run1")
     assert first["verdict"] == "ok"
     # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 1 partitioned
-    # non-persistent topic + 2 topic grants + 2 topic-policy sets + 2 schemas + 5 subscriptions;
-    # the source tenant gains cluster-b (UPDATE).
-    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (26, 1)
-    assert first["counts"]["applied"] == 27 and first["counts"]["apply_failed"] == 0
+    # non-persistent topic + 3 topic grants (one on the non-persistent topic) + 2 topic-policy sets + 2 schemas +
+    # 5 subscriptions; the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (27, 1)
+    assert first["counts"]["applied"] == 28 and first["counts"]["apply_failed"] == 0
     assert target["namespaces"]["audit"]["non_persistent_partitions"] == {"live-metrics": 2}
+    assert admin_b.get(f"/namespaces/{tenant}/audit")["auth_policies"]["destination_auth"][
+        f"non-persistent://{tenant}/audit/live-metrics"] == {"dashboards": ["consume"]}
     assert first["hashes"]["desired"] == first["hashes"]["target_actual"]
 
     assert sync(spec, tmp_path / "run2") == 0

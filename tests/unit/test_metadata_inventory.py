@@ -47,7 +47,7 @@ def test_topic_policies_are_read_only_where_change_events_has_events(
         assert admin.paths == []
 
 
-def test_topic_grants_come_only_from_persistent_topics() -> None:
+def test_topic_grants_keep_their_domain() -> None:
     from pulsar_migration.metadata import resources as r
     from pulsar_migration.metadata.inventory import NamespaceLayout, TenantLayout, TopicRef, layout_resources
     from pulsar_migration.spec import MigrationSpec
@@ -60,8 +60,15 @@ def test_topic_grants_come_only_from_persistent_topics() -> None:
         "persistent://t/ns/x": {"reader": ["consume"]},
         "non-persistent://t/ns/x": {"reader": ["produce", "consume"], "other": ["produce"]},
     }}}
-    namespace = NamespaceLayout("ns", policies, [TopicRef("ns", "x", False, False)])
+    policies["auth_policies"]["destination_auth"]["non-persistent://t/ns/loose"] = {"reader": ["consume"]}
+    namespace = NamespaceLayout("ns", policies, [TopicRef("ns", "x", False, False)],
+                                non_persistent_partitions={"x": 2})
     layout = TenantLayout({"adminRoles": []}, {"ns": namespace})
-    grants = [(row.key, row.payload) for row in layout_resources(layout, spec, r.TARGET, "a")
-              if row.kind == r.TOPIC_PERMISSION]
+    rows = layout_resources(layout, spec, r.TARGET, "a")
+    grants = [(row.key, row.payload) for row in rows if row.kind == r.TOPIC_PERMISSION]
     assert grants == [("ns/x|reader", r.canonical(["consume"]))]
+    # The non-persistent grants of a synced (partitioned) non-persistent topic, as their own kind: before, they
+    # were dropped, and the role was refused on the target after the switch. A non-partitioned one has no topic
+    # to grant on there.
+    loose = [(row.key, row.payload) for row in rows if row.kind == r.NON_PERSISTENT_TOPIC_PERMISSION]
+    assert loose == [("ns/x|other", r.canonical(["produce"])), ("ns/x|reader", r.canonical(["consume", "produce"]))]

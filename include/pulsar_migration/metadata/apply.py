@@ -159,6 +159,11 @@ class ChangeApplier:
         topic_local, role = r.split_child_key(c.key)
         admin.post(f"{self._topic_path(topic_local)}/permissions/{seg(role)}", actions)
 
+    def _apply_non_persistent_topic_permission(self, admin: PulsarAdmin, c: Change, actions: list[str]) -> None:
+        topic_local, role = r.split_child_key(c.key)
+        ns, topic = topic_local.split("/", 1)
+        admin.post(f"/non-persistent/{self.tenant}/{seg(ns)}/{seg(topic)}/permissions/{seg(role)}", actions)
+
     def _apply_topic_policies(self, admin: PulsarAdmin, c: Change, policies: dict[str, Any]) -> None:
         path = self._topic_path(c.key)
         for name, value in policies.items():

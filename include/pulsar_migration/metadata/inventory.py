@@ -224,11 +224,17 @@ def layout_resources(layout: TenantLayout, spec: MigrationSpec, side: str, own_c
         for topic_uri, grants in sorted((auth.get("destination_auth") or {}).items()):
             domain, _, path = topic_uri.partition("://")
             local = path.split("/", 1)[1]
-            # Only persistent topics are synced; a non-persistent grant must not land on a same-named one.
-            if domain != "persistent" or local not in selected_topics:
+            # Each domain its own kind: a non-persistent grant must not land on a same-named persistent topic.
+            kind = {"persistent": r.TOPIC_PERMISSION, "non-persistent": r.NON_PERSISTENT_TOPIC_PERMISSION}.get(domain)
+            if kind is None or not spec.topics.selects(local):
+                continue
+            # The topics synced: selected persistent ones, partitioned non-persistent ones (the others have no
+            # metadata to create, and a grant needs its topic).
+            if (local not in selected_topics) if kind == r.TOPIC_PERMISSION else \
+                    local.split("/", 1)[1] not in ns_layout.non_persistent_partitions:
                 continue
             for role, actions in sorted(grants.items()):
-                rows.append(r.Resource.of(side, r.TOPIC_PERMISSION, r.child_key(local, role), ns, sorted(actions)))
+                rows.append(r.Resource.of(side, kind, r.child_key(local, role), ns, sorted(actions)))
     return rows
 
 

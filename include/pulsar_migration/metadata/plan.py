@@ -25,7 +25,8 @@ CHANGING_ACTIONS = (CREATE, UPDATE)
 
 # Kinds whose payload is a set (roles, actions, clusters): the target may hold more; it must hold
 # at least the desired members. Missing members are added, extra ones kept.
-_SET_KINDS = frozenset({r.NAMESPACE_PERMISSION, r.SUBSCRIPTION_PERMISSION, r.TOPIC_PERMISSION})
+_SET_KINDS = frozenset({r.NAMESPACE_PERMISSION, r.SUBSCRIPTION_PERMISSION, r.TOPIC_PERMISSION,
+                        r.NON_PERSISTENT_TOPIC_PERMISSION})
 
 RESOURCE_SCHEMA = T.StructType([
     T.StructField("side", T.StringType(), False),

@@ -26,6 +26,9 @@ TOPIC = "topic"
 # topics on the target.
 NON_PERSISTENT_TOPIC = "non_persistent_topic"
 TOPIC_PERMISSION = "topic_permission"
+# Grants on non-persistent topics (the same namespace policy, keyed by the topic's domain): their own kind, so a
+# grant never lands on a same-named persistent topic.
+NON_PERSISTENT_TOPIC_PERMISSION = "non_persistent_topic_permission"
 TOPIC_POLICIES = "topic_policies"
 SCHEMA = "schema"
 SUBSCRIPTION = "subscription"
@@ -36,13 +39,14 @@ APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (TENANT,),
     (NAMESPACE,),
     (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC, NON_PERSISTENT_TOPIC),
-    (TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA),
+    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA),
     (SUBSCRIPTION,),
 )
 ALL_KINDS = tuple(kind for phase in APPLY_PHASES for kind in phase)
 # Kinds stored inside the namespace's policies znode: concurrent writes to one namespace race
 # (optimistic versioning), so apply runs them one namespace at a time.
-NAMESPACE_SERIAL_KINDS = frozenset({NAMESPACE, NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC_PERMISSION})
+NAMESPACE_SERIAL_KINDS = frozenset({NAMESPACE, NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC_PERMISSION,
+                                    NON_PERSISTENT_TOPIC_PERMISSION})
 # Kinds that hang off a topic: when the topic is in conflict they are not applied either.
 TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA, SUBSCRIPTION})
 
