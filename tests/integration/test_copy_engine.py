@@ -604,3 +604,45 @@ def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map
         assert rerun.copied_messages == 0 and rerun.source_hash == result.source_hash
     finally:
         cleanup(tenant, admin_a, admin_b)
+
+
+@pytest.mark.parametrize("copy_engine", ["java", "python"])
+def test_a_topic_limited_to_one_producer_takes_a_copy_that_needs_two(
+    copy_engine: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The source's namespace allows one producer per topic (sync_metadata carries that): its clients took turns,
+    batched then unbatched, three times. The copy sends batched and unbatched entries through a producer each; the
+    second was refused ("reached max producers limit") on every run. Now the drained other one is closed first."""
+    tenant = source_tenant(admin_a, cluster_a, unique("it-maxprod"))
+    topic = f"persistent://{tenant}/ns/mixed"
+    admin_a.put(admin_a.topic_path(topic))
+    c = client(cluster_a)
+    sent = []
+    for turn in range(3):
+        batched = c.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                    batching_max_publish_delay_ms=20)
+        for i in range(20):
+            sent.append(f"b{turn}-{i}".encode())
+            batched.send_async(sent[-1], None)
+        batched.flush()
+        batched.close()
+        unbatched = c.create_producer(topic, batching_enabled=False)
+        for i in range(5):
+            sent.append(f"u{turn}-{i}".encode())
+            unbatched.send(sent[-1])
+        unbatched.close()
+    c.close()
+    admin_a.post(f"/namespaces/{tenant}/ns/maxProducersPerTopic", 1)
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"copy_engine": copy_engine})
+    run_dir = tmp_path / "run"
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert admin_b.get(f"/namespaces/{tenant}/ns/maxProducersPerTopic") == 1
+        assert step(spec, run_dir) == 0, report(run_dir).get("error")
+        done = report(run_dir)
+        assert done["counts"]["copied_messages"] == len(sent) and done["hashes"]["source"] == done["hashes"]["target"]
+        assert {p["copy_engine"] for p in done["details"]["partitions"]} == {copy_engine}
+        assert [m["data"] for m in drain(cluster_b, topic)] == sent
+    finally:
+        cleanup(tenant, admin_a, admin_b)

@@ -196,7 +196,19 @@ class EntrySender:
             try:
                 producer = self.client.create_producer(self.topic, **kwargs)
             except Exception as exc:
-                raise SendError(f"cannot create producer on {self.where}: {exc}") from exc
+                if not self._producers or "ProducerBusy" not in f"{type(exc).__name__} {exc}":
+                    raise SendError(f"cannot create producer on {self.where}: {exc}") from exc
+                # The topic's producer limit (maxProducers, which sync_metadata carries) reached by this copy's own
+                # producers (one per schema version, batching, codec and identity): the others are drained (a
+                # switch drains), so they go, and the producer is asked for again.
+                log.info("%s: producer limit reached with %d open: closing them for %s", self.where,
+                         len(self._producers), name)
+                for other in list(self._producers):
+                    self._close(self._producers.pop(other))
+                try:
+                    producer = self.client.create_producer(self.topic, **kwargs)
+                except Exception as again:
+                    raise SendError(f"cannot create producer on {self.where}: {again}") from again
             self._producers[key] = producer
         return producer
 

@@ -1728,26 +1728,44 @@ public final class EntryCopy {
                     org.apache.pulsar.client.api.CompressionType.valueOf(compression.name());
             int pending = Math.max(2 * maxInFlight, 1000);
             try {
-                if (keepIdentity) {
-                    // The broker admits one producer per name on a topic: the name's other one (another schema
-                    // version or codec) goes first; it was drained above.
-                    List<CompletableFuture<Void>> closed = new ArrayList<>();
-                    producers.entrySet().removeIf(open -> open.getKey().startsWith(name + "\u0000")
-                            && closed.add(open.getValue().closeAsync()));
-                    waitClosed(closed);
-                    producer = IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending,
-                            chunking);
-                } else {
-                    producer = tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
-                            .enableChunking(chunking).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
-                            .compressionType(codec).maxPendingMessages(pending).blockIfQueueFull(true).create();
-                }
+                producer = createProducer(tgt, name, schema, codec, pending, chunking);
             } catch (Exception e) {
-                throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(e));
+                if (!(rootCause(e) instanceof PulsarClientException.ProducerBusyException) || producers.isEmpty()) {
+                    throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(e));
+                }
+                // The topic's producer limit (maxProducers, which sync_metadata carries) reached by this copy's own
+                // producers (one per schema version, codec and identity): the others are drained (a switch drains),
+                // so they go, and the producer is asked for again.
+                List<CompletableFuture<Void>> closed = new ArrayList<>();
+                producers.values().forEach(open -> closed.add(open.closeAsync()));
+                producers.clear();
+                waitClosed(closed);
+                try {
+                    producer = createProducer(tgt, name, schema, codec, pending, chunking);
+                } catch (Exception again) {
+                    throw new IllegalStateException("cannot create producer on " + where + ": " + rootMessage(again));
+                }
             }
             producers.put(key, producer);
         }
         return producer;
+    }
+
+    private Producer<byte[]> createProducer(PulsarClient tgt, String name, Schema<byte[]> schema,
+                                            org.apache.pulsar.client.api.CompressionType codec, int pending,
+                                            boolean chunking) throws Exception {
+        if (keepIdentity) {
+            // The broker admits one producer per name on a topic: the name's other one (another schema version or
+            // codec) goes first; it was drained above.
+            List<CompletableFuture<Void>> closed = new ArrayList<>();
+            producers.entrySet().removeIf(open -> open.getKey().startsWith(name + "\u0000")
+                    && closed.add(open.getValue().closeAsync()));
+            waitClosed(closed);
+            return IdentityProducer.create((PulsarClientImpl) tgt, topic, name, schema, codec, pending, chunking);
+        }
+        return tgt.newProducer(schema).topic(topic).producerName(name).enableBatching(false)
+                .enableChunking(chunking).sendTimeout((int) SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                .compressionType(codec).maxPendingMessages(pending).blockIfQueueFull(true).create();
     }
 
     /**
@@ -2197,6 +2215,14 @@ public final class EntryCopy {
 
     static boolean added(String key) {
         return key.equals(SOURCE_TAG) || key.equals(SOURCE_PUBLISH_TIME) || key.equals(GEO_SOURCE);
+    }
+
+    static Throwable rootCause(Throwable error) {
+        Throwable cause = error;
+        while (cause.getCause() != null && cause.getCause() != cause) {
+            cause = cause.getCause();
+        }
+        return cause;
     }
 
     static String rootMessage(Throwable error) {
