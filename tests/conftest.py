@@ -27,29 +27,30 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parents[1] / "conf" / "spark"))
 
 
-# Each module's time in a clean-clone `make test` (2026-11-29, three workers; setup and teardown included). The
-# workers take whole modules (--dist loadfile) in collection order, so the longest go first: xdist's own order (by
-# number of tests) handed out the one-test live modules of two to three minutes last, while the other workers sat
-# idle (about a minute of tail in a simulation of that run). A module not listed counts a second per test.
+# Each module's time in a clean-clone `make test` (the run of c3dce1a, 2026-11-29, three workers; setup and
+# teardown included; test_copy_engine with 45 s added for its two new tests). The workers take whole modules
+# (--dist loadfile) in collection order, so the longest go first: xdist's own order (by number of tests) handed out
+# the one-test live modules of two to three minutes last, while the other workers sat idle (about a minute of tail
+# in a simulation of that run). A module not listed counts a second per test.
 MODULE_SECONDS = {
-    "tests/integration/test_cluster_c.py": 446, "tests/integration/test_sync_progress.py": 285,
-    "tests/dags/test_authenticated_migration.py": 279, "tests/integration/test_copy_chunked_engine.py": 277,
-    "tests/integration/test_tls.py": 234, "tests/integration/test_switch_live.py": 250,
-    "tests/integration/test_sync_metadata.py": 199, "tests/integration/test_two_brokers.py": 179,
-    "tests/integration/test_airflow_ui.py": 179, "tests/integration/test_copy_engine.py": 173,
-    "tests/integration/test_replicate_topics.py": 165, "tests/integration/test_rollback_live.py": 170,
-    "tests/integration/test_source_ttl.py": 122, "tests/dags/test_backfill_dag.py": 101,
-    "tests/integration/test_progress_chunked.py": 70, "tests/integration/test_replicate_geo.py": 70,
-    "tests/dags/test_spark_standalone_dag.py": 63, "tests/integration/test_copy_rate_cap.py": 60,
-    "tests/integration/test_backfill_window.py": 55, "tests/integration/test_airflow_settings_loader.py": 54,
-    "tests/integration/test_odd_topic_names.py": 53, "tests/integration/test_benchmark_smoke.py": 53,
-    "tests/integration/test_partial_chunk_resume.py": 51, "tests/unit/test_copy_engine.py": 47,
-    "tests/integration/test_replicate_compacted.py": 44, "tests/integration/test_switch_kills.py": 41,
-    "tests/dags/test_smoke_dag.py": 35, "tests/integration/test_lookup_service.py": 30,
-    "tests/integration/test_replicate_many_topics.py": 26, "tests/dags/test_migration_dag.py": 22,
-    "tests/integration/test_engine_heap.py": 17, "tests/unit/test_positions_properties.py": 16,
-    "tests/integration/test_trim_risk.py": 15, "tests/dags/test_rollback_dag.py": 150,
-    "tests/integration/test_cleanup_source.py": 55,
+    "tests/integration/test_cluster_c.py": 433, "tests/integration/test_copy_chunked_engine.py": 316,
+    "tests/dags/test_authenticated_migration.py": 294, "tests/integration/test_switch_live.py": 273,
+    "tests/integration/test_copy_engine.py": 268, "tests/integration/test_sync_progress.py": 266,
+    "tests/dags/test_rollback_dag.py": 266, "tests/integration/test_rollback_live.py": 205,
+    "tests/integration/test_tls.py": 173, "tests/integration/test_two_brokers.py": 170,
+    "tests/integration/test_sync_metadata.py": 162, "tests/dags/test_backfill_dag.py": 158,
+    "tests/integration/test_airflow_ui.py": 145, "tests/integration/test_replicate_topics.py": 122,
+    "tests/integration/test_source_ttl.py": 109, "tests/dags/test_spark_standalone_dag.py": 70,
+    "tests/integration/test_progress_chunked.py": 68, "tests/integration/test_replicate_geo.py": 64,
+    "tests/integration/test_backfill_window.py": 49, "tests/integration/test_odd_topic_names.py": 47,
+    "tests/integration/test_copy_rate_cap.py": 46, "tests/integration/test_switch_kills.py": 46,
+    "tests/integration/test_airflow_settings_loader.py": 45, "tests/integration/test_benchmark_smoke.py": 43,
+    "tests/unit/test_copy_engine.py": 40, "tests/integration/test_cleanup_source.py": 38,
+    "tests/integration/test_partial_chunk_resume.py": 37, "tests/integration/test_lookup_service.py": 33,
+    "tests/dags/test_migration_dag.py": 32, "tests/integration/test_replicate_many_topics.py": 31,
+    "tests/dags/test_smoke_dag.py": 27, "tests/integration/test_replicate_compacted.py": 21,
+    "tests/integration/test_trim_risk.py": 21, "tests/integration/test_engine_heap.py": 19,
+    "tests/unit/test_positions_properties.py": 9,
 }
 
 
