@@ -606,14 +606,16 @@ def test_the_first_real_copy_records_the_full_class_archive_and_later_starts_map
         cleanup(tenant, admin_a, admin_b)
 
 
-@pytest.mark.parametrize("copy_engine", ["java", "python"])
 def test_a_topic_limited_to_one_producer_takes_a_copy_that_needs_two(
-    copy_engine: str, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
     spark: SparkSession, tmp_path: Path,
 ) -> None:
     """The source's namespace allows one producer per topic (sync_metadata carries that): its clients took turns,
-    batched then unbatched, three times. The copy sends batched and unbatched entries through a producer each; the
-    second was refused ("reached max producers limit") on every run. Now the drained other one is closed first."""
+    batched then unbatched, three times. The engine sends batched and unbatched entries through a producer each
+    (with identities, through one per name and schema version); the second was refused ("reached max producers
+    limit") on every run. Now the drained other one is closed first (the Python path's same rule:
+    tests/unit/test_sending_producer_limit.py)."""
+    copy_engine = "java"
     tenant = source_tenant(admin_a, cluster_a, unique("it-maxprod"))
     topic = f"persistent://{tenant}/ns/mixed"
     admin_a.put(admin_a.topic_path(topic))
