@@ -7,7 +7,9 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,6 +41,15 @@ def answering(broker: str, calls: list[str], unloading_s: float = 0.0) -> httpx.
     return httpx.MockTransport(upstream)
 
 
+async def serving(app: Any, clusters: dict[str, httpx.MockTransport],
+                  scenario: Callable[[httpx.AsyncClient], Awaitable[Any]]) -> Any:
+    """`scenario(service)` against the app, its clusters answered by `clusters`."""
+    async with app.router.lifespan_context(app):
+        app.state.http = {name: httpx.AsyncClient(transport=transport) for name, transport in clusters.items()}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://svc") as service:
+            return await scenario(service)
+
+
 def test_a_lookup_out_at_the_source_when_the_switch_holds_and_flips_is_answered_with_the_target(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The source answers 503 while the fence unloads it; a lookup that reached it just before the hold kept
@@ -48,21 +59,18 @@ def test_a_lookup_out_at_the_source_when_the_switch_holds_and_flips_is_answered_
     app = create_app(config(tmp_path))
     calls: list[str] = []
 
-    async def scenario() -> tuple[httpx.Response, list[str], str]:
-        async with app.router.lifespan_context(app):
-            app.state.http = {"a": httpx.AsyncClient(transport=answering("broker-a", calls, unloading_s=1.5)),
-                              "b": httpx.AsyncClient(transport=answering("broker-b", calls))}
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://svc") as svc:
-                out = asyncio.create_task(svc.get(LOOKUP))
-                await asyncio.sleep(0.1)
-                assert (await svc.post("/api/v1/routes/acme/hold", json={}, headers=ADMIN)).status_code == 200
-                await asyncio.sleep(0.5)
-                flip = await svc.put("/api/v1/routes/acme", json={"cluster": "b"}, headers=ADMIN)
-                assert flip.json()["released"] is True
-                answer = await out
-                return answer, list(calls), (await svc.get("/metrics")).text
+    async def scenario(svc: httpx.AsyncClient) -> tuple[httpx.Response, list[str], str]:
+        out = asyncio.create_task(svc.get(LOOKUP))
+        await asyncio.sleep(0.1)
+        assert (await svc.post("/api/v1/routes/acme/hold", json={}, headers=ADMIN)).status_code == 200
+        await asyncio.sleep(0.5)
+        flip = await svc.put("/api/v1/routes/acme", json={"cluster": "b"}, headers=ADMIN)
+        assert flip.json()["released"] is True
+        answer = await out
+        return answer, list(calls), (await svc.get("/metrics")).text
 
-    answer, seen, metrics = asyncio.run(scenario())
+    answer, seen, metrics = asyncio.run(serving(app, {"a": answering("broker-a", calls, unloading_s=1.5),
+                                                      "b": answering("broker-b", calls)}, scenario))
     assert answer.status_code == 200 and answer.json()["brokerUrl"] == "pulsar://broker-b:6650", answer.text
     assert seen[0] == "broker-a" and seen[-1] == "broker-b"
     assert "pulsar_lookup_rerouted_total 1" in metrics
@@ -75,18 +83,15 @@ def test_a_lookup_under_way_is_not_dropped_by_another_tenants_hold(tmp_path: Pat
     app = create_app(config(tmp_path))
     calls: list[str] = []
 
-    async def scenario() -> httpx.Response:
-        async with app.router.lifespan_context(app):
-            app.state.http = {"a": httpx.AsyncClient(transport=answering("broker-a", calls, unloading_s=0.5)),
-                              "b": httpx.AsyncClient(transport=answering("broker-b", calls))}
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://svc") as svc:
-                out = asyncio.create_task(svc.get(LOOKUP))
-                await asyncio.sleep(0.1)
-                await svc.post("/api/v1/routes/other/hold", json={}, headers=ADMIN)
-                await svc.put("/api/v1/routes/other", json={"cluster": "b"}, headers=ADMIN)
-                return await out
+    async def scenario(svc: httpx.AsyncClient) -> httpx.Response:
+        out = asyncio.create_task(svc.get(LOOKUP))
+        await asyncio.sleep(0.1)
+        await svc.post("/api/v1/routes/other/hold", json={}, headers=ADMIN)
+        await svc.put("/api/v1/routes/other", json={"cluster": "b"}, headers=ADMIN)
+        return await out
 
-    answer = asyncio.run(scenario())
+    answer = asyncio.run(serving(app, {"a": answering("broker-a", calls, unloading_s=0.5),
+                                       "b": answering("broker-b", calls)}, scenario))
     assert answer.json()["brokerUrl"] == "pulsar://broker-a:6650" and set(calls) == {"broker-a"}
 
 
@@ -102,13 +107,7 @@ def test_a_redirect_the_service_does_not_follow_keeps_its_location(tmp_path: Pat
     def upstream(request: httpx.Request) -> httpx.Response:
         return httpx.Response(307, headers={"Location": "http://broker-2:8080" + request.url.raw_path.decode()})
 
-    async def scenario() -> httpx.Response:
-        async with app.router.lifespan_context(app):
-            app.state.http = {"a": httpx.AsyncClient(transport=httpx.MockTransport(upstream))}
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://svc") as svc:
-                return await svc.get(LOOKUP)
-
-    answer = asyncio.run(scenario())
+    answer = asyncio.run(serving(app, {"a": httpx.MockTransport(upstream)}, lambda svc: svc.get(LOOKUP)))
     assert answer.status_code == 307 and answer.headers["location"] == "http://broker-2:8080" + LOOKUP
 
 

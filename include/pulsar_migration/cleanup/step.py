@@ -370,18 +370,29 @@ def _start(frame: Any, side: str) -> list[Position]:
                                             frame[f"{side}_entry"], strict=True)]
 
 
+def _rows_beside(ctx: StepContext, held_from: dict[str, Position], at_or_after: bool) -> Any | None:
+    """The map rows of each partition in `held_from` whose target entry is at or after (else before) the one given
+    there, in target order (None: no rows asked, or no map)."""
+    ledger_cmp, entry_cmp = (">", ">=") if at_or_after else ("<", "<")
+    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in held_from.items()],
+                            ["topic", "held_ledger", "held_entry"], on="topic",
+                            spark_where=f"target_ledger {ledger_cmp} held_ledger OR (target_ledger = held_ledger AND "
+                                        f"target_entry {entry_cmp} held_entry)")
+    if frame is None:
+        return None
+    ledgers, entries = frame.target_ledger - frame.held_ledger, frame.target_entry - frame.held_entry
+    beside = (ledgers > 0) | ((ledgers == 0) & (entries >= 0)) if at_or_after else \
+        (ledgers < 0) | ((ledgers == 0) & (entries < 0))
+    return frame[beside].sort_values(["topic", "target_ledger", "target_entry"])
+
+
 def first_copies_from(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, tuple[Position, Position]]:
     """Per partition, where the first mapped message whose target entry is at or after the one in `held_from`
     begins, as (source, target) (absent: none is)."""
-    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in held_from.items()],
-                            ["topic", "held_ledger", "held_entry"], on="topic",
-                            spark_where="target_ledger > held_ledger OR (target_ledger = held_ledger AND "
-                                        "target_entry >= held_entry)")
+    frame = _rows_beside(ctx, held_from, at_or_after=True)
     if frame is None:
         return {}
-    frame = frame[(frame.target_ledger > frame.held_ledger)
-                  | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry >= frame.held_entry))]
-    first = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").head(1)
+    first = frame.groupby("topic").head(1)
     return dict(zip(first["topic"], zip(_start(first, "source"), _start(first, "target"), strict=True), strict=True))
 
 
@@ -425,15 +436,10 @@ def mapped_ends(ctx: StepContext, topics: list[str]) -> dict[str, posmap.MapEnd]
 
 def last_copies_before(ctx: StepContext, held_from: dict[str, Position]) -> dict[str, Position]:
     """Per partition, the target entry of the last mapped message before the one in `held_from` (absent: none)."""
-    frame = map_rows_joined(ctx, [(topic, p.ledger, p.entry) for topic, p in held_from.items()],
-                            ["topic", "held_ledger", "held_entry"], on="topic",
-                            spark_where="target_ledger < held_ledger OR (target_ledger = held_ledger AND "
-                                        "target_entry < held_entry)")
+    frame = _rows_beside(ctx, held_from, at_or_after=False)
     if frame is None:
         return {}
-    frame = frame[(frame.target_ledger < frame.held_ledger)
-                  | ((frame.target_ledger == frame.held_ledger) & (frame.target_entry < frame.held_entry))]
-    last = frame.sort_values(["topic", "target_ledger", "target_entry"]).groupby("topic").tail(1)
+    last = frame.groupby("topic").tail(1)
     return {row.topic: Position(int(row.target_ledger), int(row.target_entry)) for row in last.itertuples()}
 
 
