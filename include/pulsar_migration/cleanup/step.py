@@ -166,10 +166,11 @@ def unchanged_since_verified(ctx: StepContext, admin: PulsarAdmin, layout: Any, 
     """CleanupError when the source's selected topics or partitions differ from those verified (created, deleted or
     repartitioned since): deleting them would remove what nothing verified."""
     now = read_layout(admin, ctx.spec, must_exist=True)
+    now_partitions = partitions_of(ctx.spec, admin, now)
     topics = sorted((ref.namespace, ref.topic, ref.partitioned) for ref in layout.topics)
     if sorted((ref.namespace, ref.topic, ref.partitioned) for ref in now.topics) != topics or \
-            partitions_of(ctx.spec, admin, now) != partitions:
-        added = sorted(set(partitions_of(ctx.spec, admin, now)) - set(partitions))
+            now_partitions != partitions:
+        added = sorted(set(now_partitions) - set(partitions))
         raise CleanupError(f"the source's topics changed since they were verified ({len(added)} partition(s) new, "
                            f"first: {added[0] if added else 'a topic gone or repartitioned'}): nothing deleted; "
                            "run the cleanup again")
