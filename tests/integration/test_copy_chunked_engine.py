@@ -82,7 +82,7 @@ ACROSS_RUNS_CASES = {"clock-ahead": 20 * 60_000, "clock-behind": -20 * 60_000, "
 # Each test's topics, in a namespace of its own in the one synced tenant (a step run turns deduplication on for the
 # namespaces it copies: each test starts on a namespace no other test copied).
 TOPICS = {"keys": ["mixed"], "bound": ["capped"], "span": ["span", "python"], "across": list(ACROSS_RUNS_CASES),
-          "delta": ["span"], "odd": ["odd"], "tail": ["lz4", "plain"]}
+          "delta": ["span"], "odd": ["odd"], "tail": ["lz4", "plain"], "restart": ["many"]}
 
 
 @pytest.fixture(scope="module")
@@ -299,6 +299,37 @@ def test_a_chunked_message_across_the_end_of_a_run_is_copied_whole_by_the_next(
         errors = [p["error"] for p in report(tmp_path / "python")["details"]["partitions"] if p["error"]]
         assert len(errors) == 1 and "the chunked message span-uuid-3 (its chunks from" in errors[0], errors
         assert "began before this run's range" in errors[0] and "the copy engine can" in errors[0]
+    finally:
+        c.close()
+
+
+def test_a_message_of_many_chunks_with_a_neighbour_between_them_is_copied_whole_by_the_python_path(
+    synced: str, cluster_a: LocalCluster, cluster_b: LocalCluster, tmp_path: Path,
+) -> None:
+    """The Python path's reader passes over the chunks the client holds until a message's last one; past 64 of them
+    (source_ttl.CLIENT_TOLERANCE) it starts a reader again. It started at the last entry taken: with another
+    producer's message after the first chunk, past that chunk, and the client dropped the message (an "uncached
+    chunk"): lost with verdict ok on every run until 2026-11-29. It starts again at the first chunk now."""
+    topic = f"persistent://{synced}/restart/many"
+    c = client(cluster_a)
+    try:
+        producer = c.create_producer(topic, batching_enabled=False)
+        producer.send(b"first")
+        chunked = (topic, "many-chunks", "70", "1", str(7_000), "0123456789")  # 70 chunks of 100 bytes
+        split_chunks("first", cluster_a.service_url, *chunked)
+        producer.send(b"between")
+        split_chunks("rest", cluster_a.service_url, *chunked)
+        producer.send(b"last")
+        spec = spec_of(tmp_path / "spec.json", synced, "restart", cluster_a, cluster_b, copy_engine="python")
+        assert step(spec, tmp_path / "run") == 0, report(tmp_path / "run").get("error")
+        part = report(tmp_path / "run")["details"]["partitions"][0]
+        assert part["copied_messages"] == part["source_messages"] == 4, part  # 3 of 3, status ok, before
+        assert part["copy_engine"] == "python" and part["reader_rereads"] == 1, part
+        source, target = drain(cluster_a, topic), drain(cluster_b, topic)
+        assert [m["data"][:7] for m in source] == [b"first", b"between", b"0123456", b"last"]  # the premise
+        assert content(target) == content(source)
+        on_target, on_source = seen_on_both(cluster_a, cluster_b, topic)  # the Java client, as the judge
+        assert on_target == on_source and len(on_source) == 4
     finally:
         c.close()
 

@@ -7,7 +7,7 @@ import pytest
 from pulsar_migration.admin import EntryUnanswered
 from pulsar_migration.positions import Position
 from pulsar_migration.replication import skipped
-from pulsar_migration.replication.skipped import BegunBefore, SkippedEntries, begun_before
+from pulsar_migration.replication.skipped import SkippedEntries, Undelivered, undelivered_chunked
 
 
 def follow(after: Position, delivered: list[Position], upper: Position,
@@ -71,10 +71,10 @@ def test_a_message_with_later_chunks_and_no_first_in_the_range_is_named() -> Non
     # 1:5 a marker.
     admin = Headers({p(1, 1): ("whole", 0, 3), p(1, 2): ("whole", 1, 3), p(1, 4): ("late", 2, 4),
                      p(1, 7): ("late", 3, 4)})
-    assert begun_before(admin, "t", passed) == BegunBefore("late", p(1, 4))  # type: ignore[arg-type]
+    assert undelivered_chunked(admin, "t", passed) == Undelivered("late", p(1, 4))  # type: ignore[arg-type]
     assert admin.asked == passed.positions
     passed.positions = passed.positions[:2]
-    assert begun_before(Headers(admin.chunks), "t", passed) is None  # type: ignore[arg-type]
+    assert undelivered_chunked(Headers(admin.chunks), "t", passed) is None  # type: ignore[arg-type]
 
 
 class Unanswered(Headers):
@@ -98,16 +98,16 @@ def test_an_entry_the_broker_does_not_show_is_a_delivered_messages_chunk_only_wi
     passed.finish(p(1, 5))
     assert passed.positions == [p(1, 2), p(1, 3), p(1, 4)]
     admin = Unanswered({}, {p(1, 2), p(1, 3), p(1, 4)})
-    assert begun_before(admin, "t", passed) is None  # type: ignore[arg-type]
+    assert undelivered_chunked(admin, "t", passed) is None  # type: ignore[arg-type]
     # The same entries after the last delivered message: chunks of one begun before the range cannot be ruled out.
     tail = SkippedEntries(p(1, 0), lambda: [])
     tail.saw(p(1, 1))
     tail.finish(p(1, 4))
     with pytest.raises(EntryUnanswered, match="1:2"):
-        begun_before(admin, "t", tail)  # type: ignore[arg-type]
+        undelivered_chunked(admin, "t", tail)  # type: ignore[arg-type]
     # A message named as begun before is named even so.
     named = Unanswered({p(1, 4): ("late", 2, 3)}, {p(1, 2), p(1, 3)})
-    assert begun_before(named, "t", tail) == BegunBefore("late", p(1, 4))  # type: ignore[arg-type]
+    assert undelivered_chunked(named, "t", tail) == Undelivered("late", p(1, 4))  # type: ignore[arg-type]
 
 
 def test_what_follows_a_place_is_unknown_unless_a_reader_stopped_there() -> None:

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pulsar_migration.backfill.window import Window, WindowRange
+from pulsar_migration.positions import Position
 from pulsar_migration.replication.content import schema_version_of
 from pulsar_migration.replication.reading import EntryGaps, read_range
-from pulsar_migration.replication.skipped import ledger_entries
+from pulsar_migration.replication.skipped import check_chunked_delivered, guide_restarts, ledger_entries
 from pulsar_migration.replication.source_ttl import client_gap_tolerance
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.throttle import Caps, throttle
@@ -86,6 +87,9 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                 gaps = EntryGaps(ledger_entries(admin, wr.topic), first=wr.first,
                                  tolerance=client_gap_tolerance(guards[wr.base_topic])) \
                     if admin is not None and wr.base_topic in guards else None
+                # A reader started again must not drop a chunked message begun before (replication.skipped).
+                passed = guide_restarts(admin, wr.topic, gaps, Position(wr.first.ledger, wr.first.entry - 1)) \
+                    if admin is not None and gaps is not None and wr.first is not None else None
                 for message, info in read_range(client, wr.topic, None, wr.upper, inclusive_start=wr.first,
                                                 gaps=gaps):
                     published = int(message.publish_timestamp())
@@ -100,6 +104,9 @@ def read_window_rows(spec: MigrationSpec, window: Window, caps: Caps | None = No
                            dict(sorted(message.properties().items())), payload,
                            message.producer_name() or None, version,
                            datetime.fromtimestamp(published / 1000, UTC).strftime("%Y-%m-%d"), window.label)
+                if passed is not None and gaps is not None and gaps.rereads and wr.upper is not None:
+                    passed.finish(wr.upper)
+                    check_chunked_delivered(admin, wr.topic, passed, begun_before=False, restarted=True)
         finally:
             client.close()
             if admin is not None:

@@ -44,7 +44,12 @@ from pulsar_migration.replication.engine import (
 from pulsar_migration.replication.posmap import MapRow
 from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields, read_range
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
-from pulsar_migration.replication.skipped import SkippedEntries, begun_before, ledger_entries
+from pulsar_migration.replication.skipped import (
+    SkippedEntries,
+    check_chunked_delivered,
+    guide_restarts,
+    ledger_entries,
+)
 from pulsar_migration.replication.source_ttl import client_gap_tolerance
 from pulsar_migration.spec import PROGRESS_INTERVAL_DEFAULT_S, MigrationSpec
 from pulsar_migration.throttle import Caps, Throttle, throttle
@@ -1020,18 +1025,17 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
         lambda after, waited: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after,
                                                                                  job.upper, reader_stopped=waited))
     progress = PartitionProgress(job, task.spec.progress_interval_s if task.spec else PROGRESS_INTERVAL_DEFAULT_S)
-    # After a map's end, a chunked message begun before it is one the reader never delivers (replication.skipped).
-    passed_over = None if task.map_source is None else SkippedEntries(
-        task.map_source, lambda: ledger_entries(src_admin, job.topic))
+    passed_over: SkippedEntries | None = None
     try:
         if job.upper is not None:
             gaps = EntryGaps(ledger_entries(src_admin, job.topic), tolerance=client_gap_tolerance(job.reader_guard)) \
                 if job.reader_guard is not None else None
+            passed_over = passed_entries(task, gaps)
             entries = read_range(src_client, job.topic, task.map_source, job.upper, cluster=src_admin.name,
                                  rest_undeliverable=rest_undeliverable, gaps=gaps)
             for message, info in lookahead(entries, HEADERS_LOOKAHEAD, prefetch):
                 last_read = info.position
-                if passed_over is not None:
+                if passed_over is not None and gaps is None:  # with gaps, its guide is told by the reader
                     passed_over.saw(info.position, info.first_chunk)
                 size = message._message.length()
                 progress.read(size, info.position)
@@ -1051,7 +1055,8 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                 outcome.reader_rereads += gaps.rereads
             if passed_over is not None:
                 passed_over.finish(job.upper)
-                check_nothing_begun_before(src_admin, job.topic, passed_over)
+                check_chunked_delivered(src_admin, job.topic, passed_over, begun_before=task.map_source is not None,
+                                        restarted=gaps is not None and gaps.rereads > 0)
         source_last = check_source_intact(src_admin, job)
         if job.fenced:
             check_read_to_bound(job, last_read, rest_undeliverable)
@@ -1073,21 +1078,20 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
                   frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset(), source_last)
 
 
-def check_nothing_begun_before(admin: PulsarAdmin, topic: str, passed_over: SkippedEntries) -> None:
-    """One line for a chunked message the Python path's reader skipped because it began before the range: left
-    out of both sides' hashes, it would be lost with verdict ok."""
-    try:
-        begun = begun_before(admin, topic, passed_over)
-    except EntryUnanswered as exc:
-        raise ReadError(f"{topic} in cluster {admin.name}: the reader passed over entries it was not given whose "
-                        f"metadata the broker does not show ({exc}): whether one is a chunk of a message that began "
-                        "before this run's range, which the Python path's reader cannot read, is not known; the copy "
-                        "engine reads such chunks (options.copy_engine auto, with a JDK)") from exc
-    if begun is not None:
-        raise ReadError(f"{topic} in cluster {admin.name}: the chunked message {begun.uuid} (its chunks from "
-                        f"{begun.position} on) began before this run's range: another producer's entries came between "
-                        "its chunks and an earlier run's bound fell inside it. The Python path's reader cannot read "
-                        "it; the copy engine can (options.copy_engine auto, with a JDK)")
+def passed_entries(task: PartitionTask, gaps: EntryGaps | None) -> SkippedEntries | None:
+    """The entries the Python path's reader will pass over, followed for what it may not deliver (replication.
+    skipped): after a map's end, a chunked message begun before it; with `gaps` (readers started again), one a
+    reader started between its chunks. With `gaps`, the reader tells them (and asks them where to start again)."""
+    src_admin, topic = task.src_admin, task.job.topic
+    after = task.map_source
+    if after is None and gaps is not None:
+        stored = [ledger for ledger, entries in gaps.ledgers if entries > 0]
+        after = Position(stored[0], -1) if stored else None
+    if after is None:
+        return None
+    if gaps is not None:
+        return guide_restarts(src_admin, topic, gaps, after)
+    return SkippedEntries(after, lambda: ledger_entries(src_admin, topic))
 
 
 class PartitionProgress:

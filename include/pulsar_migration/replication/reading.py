@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pulsar_migration.positions import MessageIdInfo, Position
 
@@ -26,6 +26,15 @@ READER_ROLE_PREFIX = "pm-copy"
 
 class ReadError(RuntimeError):
     """Reading a partition failed; the message is one line naming the topic."""
+
+
+class RestartGuide(Protocol):
+    """Told every entry a reader took; tells where a reader starting again at a place must start instead
+    (replication.skipped.RestartPoints)."""
+
+    def saw(self, position: Position, first_chunk: Position | None = None) -> None: ...
+
+    def __call__(self, at: Position) -> Position: ...
 
 
 @dataclass
@@ -51,6 +60,8 @@ class EntryGaps:
     tolerance: int = 0
     rereads: int = 0
     confirmed: tuple[Position | None, Position] | None = None
+    # Where entries can be looked up: keeps a reader started again from dropping a chunked message begun before.
+    guide: RestartGuide | None = None
 
     def stored_after(self, last: Position | None) -> Position | None:
         """The entry stored next after `last` (`first`, else the first stored one, for None); None past the
@@ -219,7 +230,11 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
                     reader.close()
                 except Exception:  # the new reader reads on regardless
                     log.debug("closing reader of %s failed", topic, exc_info=True)
-                reader = open_reader(taken or start_at)  # what was taken again is dropped below (last_read)
+                # What was taken again is dropped below (last_read). A chunked message is read again from its first
+                # chunk: with another producer's entries between its chunks (taken past that chunk), a reader
+                # started at `taken` got its later chunks only and dropped it, silently.
+                at = restart_at(taken or start_at, info.first_chunk)
+                reader = open_reader(gaps.guide(at) if at is not None and gaps.guide is not None else at)
                 previous = None
                 continue
             last_read = read_id
@@ -228,6 +243,8 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             if until is not None and position > until:
                 return
             taken = position
+            if gaps is not None and gaps.guide is not None:
+                gaps.guide.saw(position, info.first_chunk)
             if message._message.encryption_context() is not None:
                 raise ReadError(encrypted_line(where, position))
             yield message, info
@@ -236,6 +253,14 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
             reader.close()
         except Exception:  # closing a reader of a deleted topic may fail; the result is already known
             log.debug("closing reader of %s failed", topic, exc_info=True)
+
+
+def restart_at(at: Position | None, first_chunk: Position | None) -> Position | None:
+    """Where a reader starts again after a gap: `at`, or the first chunk of the chunked message delivered past the
+    gap where that lies before it (None: the topic's first entry)."""
+    if at is None or first_chunk is None:
+        return at
+    return min(at, first_chunk)
 
 
 def encrypted_line(where: str, position: Position) -> str:

@@ -13,13 +13,14 @@ earlier chunks, transaction markers, aborted messages.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pulsar_migration.admin import EntryUnanswered, PulsarAdmin
 from pulsar_migration.positions import Position, ledger_sizes
-from pulsar_migration.replication.reading import chunk_fields
+from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fields
 
 log = logging.getLogger(__name__)
 
@@ -81,35 +82,114 @@ class SkippedEntries:
         self.positions.extend(Position(ledger, entry) for entry in range(start, stop))
 
 
+@dataclass
+class RestartPoints:
+    """Where a reader that was moved past stored entries (reading.EntryGaps) may start again without dropping a
+    chunked message: the client drops a message whose first chunk a reader did not read, so a reader started
+    after the first chunk of a message it has not delivered yet loses it (another producer's entries between its
+    chunks put that first chunk before the last entry taken). `passed`, fed with every entry taken, gives the
+    entries passed over; those outside every delivered chunked message's span are looked up in order (once each,
+    only when a reader starts again, up to the first found): the earliest first chunk among them, or one the broker
+    does not show (a compressed chunk, each a 5 s wait once), is where the reader starts. A message whose first
+    chunk lies inside another delivered message's span is not seen here (undelivered_chunked names it after the
+    read)."""
+
+    admin: PulsarAdmin
+    topic: str
+    passed: SkippedEntries
+    _pending: list[Position] = field(default_factory=list)  # passed over, not ruled out as a first chunk
+    _seen: int = 0  # how many of passed.positions were looked at
+    _firsts: dict[Position, bool] = field(default_factory=dict)
+
+    def saw(self, position: Position, first_chunk: Position | None = None) -> None:
+        self.passed.saw(position, first_chunk)
+
+    def __call__(self, at: Position) -> Position:
+        positions = self.passed.positions
+        self._pending += positions[self._seen:]
+        self._seen = len(positions)
+        kept: list[Position] = []
+        earliest = at
+        for i, position in enumerate(self._pending):
+            if earliest != at or position >= at:
+                kept += self._pending[i:]  # looked at by a later call: in order, the first found is the earliest
+                break
+            if self._in_delivered_span(position):
+                continue
+            if self._may_be_first_chunk(position):
+                kept.append(position)
+                earliest = position
+        self._pending = kept
+        if earliest != at:
+            log.info("%s: starting the reader again at %s, before %s: a chunked message begun there is not "
+                     "delivered yet", self.topic, earliest, at)
+        return earliest
+
+    def _in_delivered_span(self, position: Position) -> bool:
+        # Delivered at their last chunks, in order: only the latest spans can reach past `position`.
+        for first, last in reversed(self.passed.chunk_spans):
+            if last <= position:
+                return False
+            if first <= position:
+                return True
+        return False
+
+    def _may_be_first_chunk(self, position: Position) -> bool:
+        if position not in self._firsts:
+            try:
+                chunks, chunk = chunk_fields(self.admin.entry_headers(self.topic, position.ledger, position.entry))
+                self._firsts[position] = chunks > 1 and chunk == 0
+            except EntryUnanswered:
+                self._firsts[position] = True  # a compressed chunk: it may be a first one
+        return self._firsts[position]
+
+
+def guide_restarts(admin: PulsarAdmin, topic: str, gaps: EntryGaps, after: Position) -> SkippedEntries:
+    """The entries a reader with `gaps` passes over after `after`, told by the reader, which asks them where to start
+    again (RestartPoints); check_chunked_delivered(..., restarted=gaps.rereads > 0) judges them after the read."""
+    passed = SkippedEntries(after, functools.partial(ledger_entries, admin, topic))
+    gaps.guide = RestartPoints(admin, topic, passed)
+    return passed
+
+
 def ledger_entries(admin: PulsarAdmin, topic: str) -> list[tuple[int, int]]:
     """The partition's ledgers and their entry counts (the open ledger's so far), from its internal stats."""
     return ledger_sizes(admin.get(f"{admin.topic_path(topic)}/internalStats"))
 
 
 @dataclass(frozen=True)
-class BegunBefore:
-    """A chunked message whose chunks in the range lack its first: where its first chunk in the range is."""
+class Undelivered:
+    """A chunked message the reader did not deliver though it should have: where its first chunk in the range is.
+    `begun_before`: its chunks in the range lack its first (it began before the range); else its first and last
+    chunks are both in the range, passed over (a reader started again between them dropped it)."""
 
     uuid: str
     position: Position
+    begun_before: bool = True
 
 
-def begun_before(admin: PulsarAdmin, topic: str, skipped: SkippedEntries) -> BegunBefore | None:
-    """The first chunked message among the entries passed over that has no first chunk in the range, or None.
-    EntryUnanswered when an entry passed over outside a delivered chunked message's chunks cannot be read."""
-    if skipped.too_many:
-        log.warning("%s: more than %d entries passed over by the reader; chunked messages begun before the range "
-                    "are not looked for", topic, MAX_LOOKUPS)
+def undelivered_chunked(admin: PulsarAdmin, topic: str, skipped: SkippedEntries, *, begun_before: bool = True,
+                        restarted: bool = False) -> Undelivered | None:
+    """The first chunked message among the entries passed over that the reader did not deliver, or None: one begun
+    before the range (`begun_before`), one whose first and last chunks are both among them and that no delivered
+    message starts at (`restarted`: the reader was started again inside the range). EntryUnanswered when an entry
+    passed over outside a delivered chunked message's chunks cannot be read."""
+    if not begun_before and not restarted:
         return None
-    firsts: set[str] = set()
+    if skipped.too_many:
+        log.warning("%s: more than %d entries passed over by the reader; chunked messages it did not deliver are not "
+                    "looked for", topic, MAX_LOOKUPS)
+        return None
+    firsts: dict[str, Position] = {}
     later: dict[str, Position] = {}
+    lasts: set[str] = set()
     untold: EntryUnanswered | None = None
     for position in skipped.positions:
         try:
             headers = admin.entry_headers(topic, position.ledger, position.entry)
         except EntryUnanswered as exc:
             # A compressed chunk (the broker does not show one): a delivered message's own, in its span; else
-            # a message's that began before the range cannot be ruled out.
+            # a message's that began before the range or was dropped cannot be ruled out.
             if not any(first <= position < last for first, last in skipped.chunk_spans):
                 untold = untold or exc
             continue
@@ -118,12 +198,47 @@ def begun_before(admin: PulsarAdmin, topic: str, skipped: SkippedEntries) -> Beg
             continue
         uuid = headers.get("X-Pulsar-uuid", "")
         if chunk == 0:
-            firsts.add(uuid)
+            firsts.setdefault(uuid, position)
         else:
             later.setdefault(uuid, position)
-    orphans = sorted((position, uuid) for uuid, position in later.items() if uuid not in firsts)
-    if orphans:
-        return BegunBefore(orphans[0][1], orphans[0][0])
+        if chunk == chunks - 1:
+            lasts.add(uuid)
+    found: list[Undelivered] = []
+    if begun_before:
+        found += [Undelivered(uuid, position) for uuid, position in later.items() if uuid not in firsts]
+    if restarted:
+        # A last chunk passed over whose message began in the range; one stored again (a producer's resend) is
+        # passed over beside a delivered copy, which starts at the same first chunk.
+        delivered = {first for first, _ in skipped.chunk_spans}
+        found += [Undelivered(uuid, firsts[uuid], begun_before=False) for uuid in lasts
+                  if uuid in firsts and firsts[uuid] not in delivered]
+    if found:
+        return min(found, key=lambda u: (u.position, u.uuid))
     if untold is not None:
         raise untold
     return None
+
+
+def check_chunked_delivered(admin: PulsarAdmin, topic: str, skipped: SkippedEntries, *, begun_before: bool = True,
+                            restarted: bool = False) -> None:
+    """One line (ReadError) for a chunked message the Python client's reader did not deliver (undelivered_chunked):
+    left out of both sides' hashes, it would be lost with verdict ok."""
+    try:
+        found = undelivered_chunked(admin, topic, skipped, begun_before=begun_before, restarted=restarted)
+    except EntryUnanswered as exc:
+        raise ReadError(f"{topic} in cluster {admin.name}: the reader passed over entries it was not given whose "
+                        f"metadata the broker does not show ({exc}): whether one is a chunk of a message it did not "
+                        "deliver (begun before this run's range, or dropped by a reader started again inside it) is "
+                        "not known; the copy engine reads such chunks (options.copy_engine auto, with a JDK)") from exc
+    if found is None:
+        return
+    if found.begun_before:
+        raise ReadError(f"{topic} in cluster {admin.name}: the chunked message {found.uuid} (its chunks from "
+                        f"{found.position} on) began before this run's range: another producer's entries came between "
+                        "its chunks and an earlier run's bound fell inside it. The Python path's reader cannot read "
+                        "it; the copy engine can (options.copy_engine auto, with a JDK)")
+    raise ReadError(f"{topic} in cluster {admin.name}: the chunked message {found.uuid} (its chunks from "
+                    f"{found.position} on) was not delivered: the reader was started again between its chunks (it was "
+                    "moved past stored entries: a message TTL or an expiry) and the client drops a message whose first "
+                    "chunk it did not read. A re-run reads it again; the copy engine reads such chunks "
+                    "(options.copy_engine auto, with a JDK)")
