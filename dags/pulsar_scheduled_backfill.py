@@ -29,7 +29,9 @@ Windows are cut by the broker's own publish-time lookup; the archive keeps each 
 consecutive windows meet at one entry and every message belongs to exactly one window whenever they run (the
 cluster sink continues from its position map). *Window start* and *Window end* in the form (both, or neither)
 override the data interval for a manual run of any window. Past ranges: `airflow backfill create --dag-id
-pulsar_scheduled_backfill --from-date ... --to-date ...` (one run at a time, oldest first).
+pulsar_scheduled_backfill --from-date ... --to-date ... --max-active-runs 1` (a backfill has its own limit, 10 by
+default, whatever the DAG's; windows of the cluster sink that overlap anyway wait for each other on a lock in the
+state dir).
 
 **Retries are safe** because the step is idempotent: the Spark task retries twice (20 s apart). A refused
 input (exit 2: unknown tenant, a topic missing on the target, no archive path) fails at once.
@@ -54,6 +56,9 @@ with DAG(
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=datetime(2026, 11, 1, tzinfo=UTC),
     catchup=True,
+    # Paused whatever `[core] dags_are_paused_at_creation` says: catch-up from start_date with the form's defaults
+    # (tenant demo, the default connections) must not start on deployment.
+    is_paused_upon_creation=True,
     doc_md=__doc__,
     tags=["pulsar", "backfill"],
     params={

@@ -48,7 +48,10 @@ def selection_params(tenant_default: str | None = None) -> dict[str, Param]:
         "topics_include": Param([".*"], **_REGEXES, minItems=1, title="Topics to include", section="What to take",
                                 description="Regexes on `<namespace>/<topic>`; a topic is taken when one "
                                             "matches (re.search)."),
-        "topics_exclude": Param([], **_REGEXES, title="Topics to exclude", section="What to take",
+        # null too: the form sets an emptied list field to null, which an array-only type refused (no way back to
+        # "nothing excluded" without resetting the form); spec_document reads null as [].
+        "topics_exclude": Param([], **{**_REGEXES, "type": ["null", "array"]}, title="Topics to exclude",
+                                section="What to take",
                                 description="Regexes on `<namespace>/<topic>`; a topic matching any is skipped."),
     }
 

@@ -184,13 +184,18 @@ def lookup_from_connection(conn: Any) -> dict[str, Any]:
     return {**entry, "trust_certs_file": trust} if trust else entry
 
 
-def check_window(params: Mapping[str, Any]) -> None:
+def check_window(params: Mapping[str, Any], data_interval_start: Any = None) -> None:
     """ValueError when the form gives one window edge without the other: the missing one would come from the run's
-    data interval (another window than meant), and a manual run without a logical date has none."""
+    data interval (another window than meant), and a manual run without a logical date has none; and when a DAG
+    with window params gets neither edge in a run without a data interval (triggered with no logical date: its
+    window task failed to render, and was retried, with "'data_interval_start' is undefined")."""
     given = [name for name in ("window_start", "window_end") if params.get(name)]
     if len(given) == 1:
         missing = "window_end" if given == ["window_start"] else "window_start"
         raise ValueError(f"{given[0]} is set but {missing} is not: give both, or neither for the run's data interval")
+    if not given and "window_start" in params and data_interval_start is None:
+        raise ValueError("this run has no data interval (triggered without a logical date) and the form gives no "
+                         "window: set window_start and window_end, or trigger it with a logical date")
 
 
 def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
@@ -223,7 +228,7 @@ def spec_document(params: Mapping[str, Any], source_conn: Any, target_conn: Any,
             node = document
             for key in path[:-1]:
                 node = node.setdefault(key, {})
-            node[path[-1]] = params[param]
+            node[path[-1]] = [] if param == "topics_exclude" and params[param] is None else params[param]
     options = document.get("options", {})
     for key in PATH_OPTIONS:
         if options.get(key):

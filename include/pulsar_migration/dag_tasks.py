@@ -63,7 +63,7 @@ def render_spec_task(project_root: str | Path) -> XComArg:
         params = ctx["params"]
         base = Variable.get(dag_support.RUN_DIR_BASE_VARIABLE, default=dag_support.DEFAULT_RUN_DIR_BASE)
         try:
-            dag_support.check_window(params)
+            dag_support.check_window(params, ctx.get("data_interval_start"))
             conns = [PulsarHook(params[p]).connection() for p in CONN_PARAMS]
             lookup = BaseHook.get_connection(params[LOOKUP_PARAM]) if params.get(LOOKUP_PARAM) else None
             document = dag_support.spec_document(params, *conns, lookup_conn=lookup, root=project_root)

@@ -95,6 +95,8 @@ def test_backfill_dags_shape(dagbag: DagBag) -> None:
     """Hourly windows with catchup, one at a time; the step gets the window as --start/--end."""
     dag = dagbag.dags["pulsar_scheduled_backfill"]
     assert dag.catchup and dag.max_active_runs == 1 and dag.timetable.can_be_scheduled
+    # Paused on deployment whatever the installation's default: catch-up with the form's defaults waits for an operator.
+    assert dag.is_paused_upon_creation is True
     assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"  # a real [start, end) interval per run
     assert set(dag.task_dict) == {"render_spec", "backfill_window", "publish_backfill_window_report"}
     args = dag.task_dict["backfill_window"].application_args

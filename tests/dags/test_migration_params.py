@@ -35,7 +35,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "dry_run not boolean": ({**GOOD, "dry_run": "yes"}, "dry_run"),
     "unknown replication mode": ({**GOOD, "replication_mode": "mirror"}, "replication_mode"),
     "topics_include not a list": ({**GOOD, "topics_include": ".*"}, "topics_include"),
-    "topics_exclude not a list": ({**GOOD, "topics_exclude": None}, "topics_exclude"),
+    "topics_exclude not a list": ({**GOOD, "topics_exclude": "dlq$"}, "topics_exclude"),
     "connection id with quotes": ({**GOOD, "source_conn": "a' }}{{ x"}, "source_conn"),
     "lookup connection id with braces": ({**GOOD, "lookup_conn": "{{ x }}"}, "lookup_conn"),
     "confirm_cleanup not boolean": ({**GOOD, "confirm_cleanup": "yes"}, "confirm_cleanup"),

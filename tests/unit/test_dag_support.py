@@ -210,10 +210,31 @@ def test_a_connection_may_hold_a_token_file_instead_of_a_token() -> None:
 def test_a_window_needs_both_edges_or_neither() -> None:
     from pulsar_migration.dag_support import check_window
 
-    check_window({"window_start": None, "window_end": None})
+    check_window({"window_start": None, "window_end": None}, "2026-11-22T10:00:00+00:00")
     check_window({"window_start": "2026-11-22T10:00:00Z", "window_end": "2026-11-22T11:00:00Z"})
     check_window({"tenant": "acme"})  # a DAG without a window
     with pytest.raises(ValueError, match="window_start is set but window_end is not"):
         check_window({"window_start": "2026-11-22T10:00:00Z", "window_end": None})
     with pytest.raises(ValueError, match="window_end is set but window_start is not"):
         check_window({"window_start": "", "window_end": "2026-11-22T11:00:00Z"})
+
+
+def test_a_run_without_a_data_interval_needs_a_window() -> None:
+    """A run triggered with no logical date has no data interval: its window task failed to render (and was retried)
+    where render_spec now refuses it in one line."""
+    from pulsar_migration.dag_support import check_window
+
+    interval_start = "2026-11-22T10:00:00+00:00"
+    check_window({"window_start": None, "window_end": None}, interval_start)
+    check_window({"window_start": "2026-11-22T10:00:00Z", "window_end": "2026-11-22T11:00:00Z"}, None)
+    check_window({"tenant": "acme"}, None)  # a DAG without a window: the migration's
+    with pytest.raises(ValueError, match=r"no data interval .* set window_start and window_end"):
+        check_window({"window_start": None, "window_end": None}, None)
+
+
+def test_topics_to_exclude_emptied_in_the_form_is_nothing_excluded() -> None:
+    """The form sets an emptied list field to null: the param took only an array, so the run could not be triggered."""
+    from pulsar_migration.dag_params import selection_params
+
+    assert selection_params()["topics_exclude"].resolve(None) is None
+    assert spec_document({**PARAMS, "topics_exclude": None}, A, B)["topics"]["exclude"] == []

@@ -35,7 +35,7 @@ from typing import Any
 from pulsar_migration import rundir
 from pulsar_migration.admin import NotFound, PulsarAdmin
 from pulsar_migration.backfill import archive as arch
-from pulsar_migration.backfill import edges
+from pulsar_migration.backfill import edges, state_lock
 from pulsar_migration.backfill.restore import restore_rows, target_topic
 from pulsar_migration.backfill.window import (
     Window,
@@ -159,10 +159,22 @@ def check_covered(ctx: StepContext, admin: PulsarAdmin, state: str, window: Wind
 
 
 def _to_cluster(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> None:
-    by_topic = {r.topic: r for r in ranges}
-    src_admin = ctx.spec.source_cluster.admin()
     state = state_dir(ctx)
     ctx.report.details["state_dir"] = state
+    src_admin = ctx.spec.source_cluster.admin()
+    try:
+        if ctx.dry_run:
+            _copy_window(ctx, window, ranges, src_admin, state)
+        else:
+            with state_lock.holding(state, f"window {window}"):  # one window at a time in a state dir
+                _copy_window(ctx, window, ranges, src_admin, state)
+    finally:
+        src_admin.close()
+
+
+def _copy_window(ctx: StepContext, window: Window, ranges: list[WindowRange], src_admin: PulsarAdmin,
+                 state: str) -> None:
+    by_topic = {r.topic: r for r in ranges}
     covered_from = coverage_start(ctx, state, window)
     ctx.report.details["state_covers_from"] = datetime.fromtimestamp(covered_from / 1000, UTC).isoformat()
 
@@ -182,12 +194,9 @@ def _to_cluster(ctx: StepContext, window: Window, ranges: list[WindowRange]) -> 
         first = wr.first
         return wr.upper, lambda: new_partition_start(topic, first)
 
-    try:
-        check_covered(ctx, src_admin, state, window, ranges, covered_from)
-        # The copy's map lives in the state dir; its report is this window's.
-        replication.run(dataclasses.replace(ctx, run_dir=state), bound=bound)
-    finally:
-        src_admin.close()
+    check_covered(ctx, src_admin, state, window, ranges, covered_from)
+    # The copy's map lives in the state dir; its report is this window's.
+    replication.run(dataclasses.replace(ctx, run_dir=state), bound=bound)
 
 
 def _to_archive(ctx: StepContext, window: Window, ranges: list[WindowRange],
