@@ -30,7 +30,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 from pulsar_migration import dag_params, dag_support
-from pulsar_migration.dag_tasks import step_tasks, switched_run_spec_task
+from pulsar_migration.dag_tasks import report_task, step_tasks, switched_run_spec_task
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,4 +54,6 @@ with DAG(
     max_active_runs=1,
 ):
     spec = switched_run_spec_task(PROJECT_ROOT, "rolling back")
-    step_tasks("rollback_lookup", PROJECT_ROOT, upstream=spec)
+    _, published = step_tasks("rollback_lookup", PROJECT_ROOT, upstream=spec)
+    # The migration run's report again, so its page and Browse -> Pulsar migrations say it was rolled back.
+    report_task(upstream=published, of_migration_run=True)

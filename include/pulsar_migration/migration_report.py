@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 STEPS = ("sync_metadata", "replicate_topics", "sync_progress", "switch_lookup", "cleanup_source")
+ROLLBACK_STEP = "rollback_lookup"  # pulsar_tenant_rollback's step, run on a migration run's dir
+ROLLED_BACK = "rolled_back"  # the verdict of a run whose clients were switched back
+# Steps at or after the flip: a new DAG run would start from sync_metadata over the live target; the failed task
+# is cleared instead (its steps run again in the same run dir).
+AFTER_THE_FLIP = ("switch_lookup", "cleanup_source")
 SUMMARY_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
@@ -36,6 +41,10 @@ def build(run_dir: str, *, dag_id: str | None = None, run_id: str | None = None,
     spec = _read_json(run_dir, "spec.json", spark) or {}
     reports = {step: _read_json(run_dir, f"{step}.json", spark) for step in STEPS}
     steps = [_step_row(step, reports[step]) for step in STEPS]
+    rollback = _read_json(run_dir, f"{ROLLBACK_STEP}.json", spark)
+    if rollback is not None:  # pulsar_tenant_rollback ran on this run
+        steps.append(_step_row(ROLLBACK_STEP, rollback))
+    back_at = rolled_back_at(run_dir, spec.get("source"))
     replicate = reports["replicate_topics"] or {}
     progress = reports["sync_progress"] or {}
     switch = reports["switch_lookup"] or {}
@@ -50,8 +59,8 @@ def build(run_dir: str, *, dag_id: str | None = None, run_id: str | None = None,
         "target": spec.get("target"),
         "replication_mode": (spec.get("replication") or {}).get("mode"),
         "namespaces": spec.get("namespaces"),
-        "verdict": verdict(steps),
-        "meaning": meaning(steps),
+        **_outcome(spec, steps, back_at),
+        "rolled_back_at": back_at,
         "steps": steps,
         "total_step_s": round(sum(s["duration_s"] or 0.0 for s in steps), 3),
         "plan_counts": dict((reports["sync_metadata"] or {}).get("counts") or {}),
@@ -65,6 +74,34 @@ def build(run_dir: str, *, dag_id: str | None = None, run_id: str | None = None,
         "duplicated": sum(s["duplicated"] for s in subscriptions) + int(cutover["final_duplicated"] or 0),
         "cleanup": _cleanup(cleanup),
     }
+
+
+def rolled_back_at(run_dir: str, source: str | None) -> str | None:
+    """When pulsar_tenant_rollback last moved this run's clients back to the source, if it did after the run's
+    switch (replication.follows.rolled_back; a rollback needs a local run dir, so others have none)."""
+    if not source or not rundir.is_local(run_dir):
+        return None
+    from pulsar_migration.replication.follows import rolled_back
+
+    return rolled_back(run_dir, source)
+
+
+def _outcome(spec: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], back_at: str | None) -> dict[str, str]:
+    """The verdict and its meaning, from the migration's five steps; a rollback that switched the clients back
+    makes it "rolled_back", one that failed is told after (the migration's own verdict stands)."""
+    migration = [s for s in steps if s["step"] in STEPS]
+    found, said = verdict(migration), meaning(migration)
+    if back_at and found != "failed":
+        return {"verdict": ROLLED_BACK,
+                "meaning": f"rolled back: the tenant's clients were switched back to {spec.get('source')} at "
+                           f"{back_at} (pulsar_tenant_rollback); the source is live again and {spec.get('target')} "
+                           "keeps a copy; to migrate again, trigger pulsar_tenant_migration with Continue from run "
+                           "set to this run"}
+    rollback = next((s for s in steps if s["step"] == ROLLBACK_STEP), None)
+    if rollback is not None and rollback["verdict"] not in ("ok", "planned"):
+        said += f"; pulsar_tenant_rollback {rollback['verdict']}" + (f": {rollback['error']}" if rollback["error"]
+                                                                     else "")
+    return {"verdict": found, "meaning": said}
 
 
 def verdict(steps: Sequence[Mapping[str, Any]]) -> str:
@@ -242,8 +279,11 @@ def meaning(steps: Sequence[Mapping[str, Any]]) -> str:
     bad = [s for s in steps if s["verdict"] not in ("ok", "planned")]
     if bad:
         first = bad[0]
-        return f"{first['step']} {first['verdict']}" + (f": {first['error']}" if first.get("error") else "") + \
-            "; the steps are idempotent: fix the cause and trigger the DAG again with the same parameters"
+        failed = f"{first['step']} {first['verdict']}" + (f": {first['error']}" if first.get("error") else "")
+        if first["step"] in AFTER_THE_FLIP and first["verdict"] != "not run":
+            return failed + ("; the steps are idempotent: fix the cause and clear the failed task in this run (a new "
+                             "DAG run would apply the source's metadata over a target clients may already use)")
+        return failed + "; the steps are idempotent: fix the cause and trigger the DAG again with the same parameters"
     planned = by_verdict.get("planned", [])
     if not planned:
         return "every step did its work and verified it"
@@ -272,7 +312,7 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
 
 def to_html(summary: Mapping[str, Any]) -> str:
     esc = html.escape
-    colour = {"ok": "#1a7f37", "planned": "#9a6700"}.get(summary["verdict"], "#cf222e")
+    colour = {"ok": "#1a7f37", "planned": "#9a6700", ROLLED_BACK: "#9a6700"}.get(summary["verdict"], "#cf222e")
     body = [f"<h1>Pulsar migration report: {esc(str(summary['tenant']))}</h1>",
             f"<p>Run <code>{esc(str(summary['run_id']))}</code> of <code>{esc(str(summary['dag_id']))}</code>, "
             f"run dir <code>{esc(str(summary['run_dir']))}</code>.</p>",

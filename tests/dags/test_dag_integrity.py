@@ -123,6 +123,7 @@ def test_source_cleanup_dag_shape(dagbag: DagBag) -> None:
 def test_rollback_dag_shape(dagbag: DagBag) -> None:
     dag = dagbag.dags["pulsar_tenant_rollback"]
     assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
-    assert set(dag.task_dict) == {"render_spec", "rollback_lookup", "publish_rollback_lookup_report"}
+    assert set(dag.task_dict) == {"render_spec", "rollback_lookup", "publish_rollback_lookup_report",
+                                  "write_migration_report"}
     assert dag.task_dict["rollback_lookup"].application.endswith("spark_jobs/rollback_lookup.py")
     assert not dag.params.get_param("migration_run_id").has_value  # the form cannot be sent without it

@@ -40,7 +40,7 @@ def test_an_unknown_migration_run_fails_in_render_spec_with_one_line(
     dag_run, states = run_dag(ROLLBACK, run_conf={"migration_run_id": "manual__never"})
     assert dag_run.state == "failed"
     assert states == {"render_spec": "failed", "rollback_lookup": "upstream_failed",
-                      "publish_rollback_lookup_report": "failed"}
+                      "publish_rollback_lookup_report": "failed", "write_migration_report": "upstream_failed"}
     out, err = capfd.readouterr()
     assert "no run 'manual__never' of pulsar_tenant_migration with a spec at" in out + err
 
@@ -151,6 +151,8 @@ def test_migrated_rolled_back_and_migrated_again_through_the_dags(
         assert back.state == "success", failures(back, states)
         assert route(lookup_service, tenant) == cluster_a.name
         assert xcom(back, "publish_rollback_lookup_report")["verdict"] == "ok"
+        # The migration run's report says so (it said "moved and verified" before 2026-11-29).
+        assert xcom(back, "write_migration_report")["verdict"] == "rolled_back"
         # The source holds what was published on the target once, in order, after what it kept (its orders
         # trimmed above).
         kept = [p for p in published if p not in trimmed]

@@ -114,3 +114,36 @@ def test_missing_step_reports_are_not_run(tmp_path: Path) -> None:
     assert summary["verdict"] == "failed" and summary["tenant"] is None
     assert [s["verdict"] for s in summary["steps"]] == ["failed"] + ["not run"] * 4
     assert "boom" in migration_report.to_markdown(summary)
+
+
+def test_a_rolled_back_run_says_so_and_a_failed_rollback_is_told(run_dir: Path) -> None:
+    """pulsar_tenant_rollback writes its report and note into the migration's run dir: the run's page and the
+    plugin's list said "the tenant is moved and verified" after the clients were switched back (until 2026-11-29)."""
+    switched = json.loads((run_dir / "switch_lookup.json").read_text())
+    (run_dir / "switch_lookup.json").write_text(json.dumps({**switched, "finished_at": "2026-11-29T10:00:00Z",
+                                                            "tenant": "acme", "source": "a", "target": "b",
+                                                            "spec_hash": "h"}))
+    ids = {"tenant": "acme", "source": "a", "target": "b", "spec_hash": "h"}  # what StepReport.read needs
+    refused = step_report("rollback_lookup", "failed", error="cleanup_source started deleting at ...", **ids)
+    (run_dir / "rollback_lookup.json").write_text(json.dumps(refused))
+    summary = migration_report.build(str(run_dir))
+    assert summary["verdict"] == "planned" and summary["rolled_back_at"] is None
+    assert summary["meaning"].endswith("; pulsar_tenant_rollback failed: cleanup_source started deleting at ...")
+    assert [s["step"] for s in summary["steps"]][-1] == "rollback_lookup"
+    back = step_report("rollback_lookup", finished_at="2026-11-29T11:00:00Z", details={"route_after": "a"}, **ids)
+    (run_dir / "rollback_lookup.json").write_text(json.dumps(back))
+    summary = migration_report.build(str(run_dir))
+    assert summary["verdict"] == "rolled_back" and summary["rolled_back_at"] == "2026-11-29T11:00:00Z"
+    assert summary["meaning"].startswith("rolled back: the tenant's clients were switched back to a at")
+    assert "Rolled back" in Path(migration_report.write(str(run_dir), summary)["html"]).read_text()
+
+
+def test_a_failure_after_the_flip_is_cleared_not_triggered_again() -> None:
+    """A new DAG run starts from sync_metadata, over a target the clients may use already."""
+    steps = [{"step": s, "verdict": v, "error": "probe failed" if v == "failed" else None}
+             for s, v in zip(STEPS, ["ok", "ok", "ok", "failed", "not run"], strict=True)]
+    said = migration_report.meaning(steps)
+    assert "clear the failed task in this run" in said and "trigger the DAG again" not in said
+    steps[3] = {"step": "switch_lookup", "verdict": "not run", "error": None}
+    steps[2] = {"step": "sync_progress", "verdict": "failed", "error": "lost 1"}
+    assert "trigger the DAG again with the same parameters" in migration_report.meaning(steps)

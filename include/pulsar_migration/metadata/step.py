@@ -9,30 +9,56 @@ from __future__ import annotations
 import logging
 import time
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pulsar_migration import rundir
+from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.apply import Change, apply_changes
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CONFLICT, plan_counts, plan_metadata
 from pulsar_migration.metadata.state import Clusters, actual_state, desired_state, project_actual
 from pulsar_migration.report import stable_hash
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BadInput, StepContext, StepFailed
 
 log = logging.getLogger(__name__)
 
 STEP = "sync_metadata"
 PLAN_DATASET = "sync_metadata_plan"
+SWITCH_REPORT = "switch_lookup.json"  # a run dir holding it switched (or tried to switch) the tenant itself
 CONFLICT_DETAIL_LIMIT = 100
 VERIFY_ATTEMPTS = 5
 VERIFY_RETRY_DELAY_S = 2.0  # doubled after each attempt: 30 s in all for a loaded broker's policy cache
 
 
+def check_not_switched(spec: MigrationSpec, run_dir: str, spark: SparkSession | None = None) -> None:
+    """BadInput when the lookup service routes the tenant to the target already and this run dir did not switch
+    it: the clients write there, and a new run would apply the frozen source's metadata over theirs (updating
+    policies back, creating subscriptions and topics they deleted since). Asked before anything is read; a service
+    that does not answer is only warned about (this step does not need it)."""
+    if spec.lookup_url is None or rundir.exists(run_dir, SWITCH_REPORT, spark):
+        return
+    lookup = spec.lookup_admin()
+    try:
+        route = lookup.route(spec.tenant)
+    except LookupServiceError as exc:
+        log.warning("cannot tell where the lookup service routes tenant %s: %s", spec.tenant, exc)
+        return
+    finally:
+        lookup.close()
+    if route.get("cluster") == spec.target:
+        raise BadInput(f"the lookup service routes tenant {spec.tenant} to the target {spec.target} already: its "
+                       "clients write there, and a new migration run would apply the source's metadata over theirs; "
+                       "to finish the run that switched it, clear its failed task; to migrate again, roll it back "
+                       "first (pulsar_tenant_rollback)")
+
+
 def run(ctx: StepContext) -> None:
     spec, report, spark = ctx.spec, ctx.report, ctx.spark
     concurrency = spec.admin_concurrency
+    check_not_switched(spec, ctx.run_dir, spark)
     clusters = Clusters.open(spec)
     try:
         started = time.monotonic()
