@@ -14,9 +14,13 @@ same name is told its last sequence id) and refuse the flip where the target kno
 The source's dedup is on since the switch's `source_dedup` phase, before the fence, so it knows every
 sequence id a cut-off receipt could belong to.
 
-Left: a dedup snapshot the target took after a producer's last entry (every 1,000 entries, or on the
-snapshot timer) hides that entry from the replay; the check then refuses and the switch rolls back, and a
-retry after more traffic passes.
+A dedup snapshot the target took after a producer's last entry (every 1,000 entries, or on the snapshot timer)
+hides that entry from the replay. Only a producer with a send in flight at the fence can re-send, so only one
+whose entries the source stored since a mark taken before the hold (`source_marks`, the earliest attempt's) is
+judged: one idle since then got its receipts before the hold (until 2026-11-29 an idle producer connected
+through the switch was refused on every retry, since its entry never came back into the replay window: a tenant
+with a low-rate producer could not switch back in geo mode). A producer that did send since the mark and whose
+entry a snapshot hid is still refused (the switch rolls back; a retry after more traffic passes).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from typing import Any
 
 from pulsar_migration import rundir
 from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.positions import Position
+from pulsar_migration.replication.reading import read_range
 from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 DEDUP_RELOAD_TIMEOUT_S = 60.0
 PROBE_THREADS = 16  # producers opened at once by last_sequence_ids
 FENCED_PRODUCERS = "switch_fenced_producers.json"  # in the run dir: every attempt's fenced producers
+SOURCE_MARKS = "switch_source_marks.json"  # in the run dir: each partition's last entry before the first hold
 
 
 class TargetDedupBehind(StepFailed):
@@ -71,6 +78,39 @@ def kept_with_earlier(run_dir: str, found: dict[str, list[str]], partitions: lis
     return kept
 
 
+def source_marks(run_dir: str, admin: PulsarAdmin, partitions: list[str]) -> dict[str, Position | None]:
+    """Each partition's last source entry now (taken before the hold; None: empty), or an earlier attempt's mark
+    where that one is earlier: that attempt's fence may have cut off a receipt a producer still waits for (in its
+    reconnect backoff), as kept_with_earlier keeps its producers."""
+    earlier: dict[str, str | None] = {}
+    if rundir.exists(run_dir, SOURCE_MARKS):
+        earlier = json.loads(rundir.read_text(run_dir, SOURCE_MARKS))
+    now = each_partition(admin, partitions, lambda admin, topic: admin.last_entry(topic))
+    marks: dict[str, Position | None] = {}
+    for topic, mark in zip(partitions, now, strict=True):
+        if topic in earlier:
+            before = Position.parse(earlier[topic]) if earlier[topic] else None
+            mark = None if before is None or mark is None else min(before, mark)
+        marks[topic] = mark
+    return marks
+
+
+def record_marks(run_dir: str, marks: dict[str, Position | None]) -> None:
+    """Keeps this attempt's marks for a re-run, written before its fence (source_marks)."""
+    rundir.write_text(run_dir, SOURCE_MARKS, json.dumps({t: str(m) if m else None for t, m in marks.items()},
+                                                        indent=1))
+
+
+def producers_since(cluster: ClusterSpec, topic: str, mark: Position | None) -> set[str]:
+    """The producer names on the source entries after `mark` (from the first for None), read to the partition's end
+    (fenced: it does not move)."""
+    client = cluster.pulsar_client(operation_timeout_seconds=30)
+    try:
+        return {str(message.producer_name()) for message, _ in read_range(client, topic, mark, cluster=cluster.name)}
+    finally:
+        client.close()
+
+
 def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     """What `cluster`'s dedup knows of each (partition, producer name): a producer opened under that name is
     told the last sequence id the broker recorded for it (-1: none). Nothing is sent."""
@@ -100,10 +140,12 @@ def reload_with_dedup(admin: PulsarAdmin, partitions: list[str]) -> None:
                                 f"{DEDUP_RELOAD_TIMEOUT_S:.0f}s after their unload (first: {pending[0]})")
 
 
-def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[str, list[str]]) -> dict[str, Any]:
+def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[str, list[str]],
+                 marks: dict[str, Position | None] | None = None) -> dict[str, Any]:
     """Reloads the target partitions that had producers at the fence and proves their dedup now knows each
-    producer's last sequence id at least as far as the source's does. Returns what it checked; raises
-    TargetDedupBehind naming the first producer the target knows less of."""
+    producer's last sequence id at least as far as the source's does, for every producer that stored entries on
+    the source since `marks` (source_marks; every producer of a partition without one). Returns what it checked;
+    raises TargetDedupBehind naming the first producer the target knows less of."""
     pairs = [(topic, name) for topic, names in sorted(producers.items()) for name in names]
     if not pairs:
         return {"partitions": 0, "producers": 0}
@@ -115,6 +157,16 @@ def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[st
         source = asked.result()
     behind = [(topic, name, source[(topic, name)], target[(topic, name)]) for topic, name in pairs
               if target[(topic, name)] < source[(topic, name)]]
+    idle = []
+    if behind and marks is not None:
+        sent = {topic: producers_since(spec.source_cluster, topic, marks[topic])
+                for topic in sorted({topic for topic, *_ in behind}) if topic in marks}
+        idle = [b for b in behind if b[0] in sent and b[1] not in sent[b[0]]]
+        if idle:
+            log.info("%d producer(s) the target's dedup knows less of stored nothing on the source since the mark "
+                     "before the hold (first: %s on %s): no send of theirs was in flight at the fence",
+                     len(idle), idle[0][1], idle[0][0])
+        behind = [b for b in behind if b not in idle]
     if behind:
         topic, name, src, tgt = behind[0]
         raise TargetDedupBehind(
@@ -122,6 +174,7 @@ def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[st
             f"to {src} ({len(behind)} such producer(s)): a re-send after the flip could be stored twice")
     checked = {"partitions": len(producers), "producers": len(pairs),
                "sequence_ids_known": sum(1 for pair in pairs if source[pair] >= 0),
+               "idle_since_mark_behind": len(idle),
                "seconds": round(time.monotonic() - started, 3)}
     log.info("target dedup knows every fenced producer's last sequence id: %s", checked)
     return checked

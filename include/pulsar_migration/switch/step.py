@@ -69,7 +69,13 @@ from pulsar_migration.snapshot import FenceSnapshot, read_side
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import StepContext, StepFailed
 from pulsar_migration.switch.fanout import FENCE_THREADS, each_partition
-from pulsar_migration.switch.geo_dedup import kept_with_earlier, producers_by_partition, teach_target
+from pulsar_migration.switch.geo_dedup import (
+    kept_with_earlier,
+    producers_by_partition,
+    record_marks,
+    source_marks,
+    teach_target,
+)
 from pulsar_migration.switch.probe import probe
 
 log = logging.getLogger(__name__)
@@ -271,6 +277,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             rounds.append(sub_step(ctx, "sync_progress", in_driver=True, name="catch_up"))
             report.details["catch_up"] = rounds
         with phases("source_dedup"):
+            # Geo mode: which producers could have a send in flight at the fence (geo_dedup), taken before the hold.
+            marks = source_marks(ctx.run_dir, src_admin, partitions) if geo else None
             report.details["source_deduplication_enabled_on"] = source_deduplication(ctx, src_admin, partitions)
         fenced_namespaces = namespaces(ctx, src_admin)  # read before the hold: clients do not wait for it
         with phases("hold"):
@@ -280,6 +288,8 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
             # Geo mode: who might re-send after the flip (geo_dedup); copy mode's final delta keeps their identities.
             fenced_producers = kept_with_earlier(ctx.run_dir, producers_by_partition(src_admin, partitions),
                                                  partitions) if geo else {}
+            if marks is not None:
+                record_marks(ctx.run_dir, marks)
             with ThreadPoolExecutor(1) as side:
                 # The target's broker is idle while the source unloads. Nothing but the cutover (and in geo mode the
                 # replicator, whose entries only the copy mode's reads of the target's end would care about) writes
@@ -305,7 +315,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                                                          engine_process=engine_process)
         if geo:
             with phases("target_dedup"):
-                report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers)
+                report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers, marks)
         with phases("final_progress"):
             report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True, snapshot=snapshot)
         with phases("quiet_check"):
