@@ -32,7 +32,7 @@ from localdev.pulsar_local import LocalCluster, LocalClusterError
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
 from pulsar_migration.replication import posmap, reading
-from pulsar_migration.replication.partition import PartitionJob, copy_partition
+from pulsar_migration.replication.partition import PartitionJob, copy_partition, engine_phase
 from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import BAD_INPUT_EXIT, run_step
 from pyspark.sql import SparkSession
@@ -630,6 +630,15 @@ def test_transaction_markers_and_aborted_messages_are_left_out_and_runs_end(
                                            delivery_horizon_s=0)
             assert outcome.status == "failed" and "before the source's end" in (outcome.error or ""), outcome.error
             assert rows == []
+            # The same through the engine, which the final delta takes: it ended quietly before the open
+            # transaction's first entry with verdict ok, leaving the messages behind it on the source (until
+            # 2026-11-29: found by a review).
+            loaded = MigrationSpec.load(str(spec))
+            engined = engine_phase(loaded, [job], max_in_flight=100)
+            outcome, rows = copy_partition(loaded, engined[0], dry_run=False, max_in_flight=100,
+                                           delivery_horizon_s=0)
+            assert outcome.copy_engine == "java", outcome
+            assert outcome.status == "failed" and "before the source's end" in (outcome.error or ""), outcome.error
         finally:
             held.kill()
             held.wait(timeout=30)

@@ -154,6 +154,8 @@ class EngineResult:
     compacted_messages: int = 0
     # Readings again after the source's reader was moved past stored entries (a message TTL: EntryCopy.Gaps).
     reader_rereads: int = 0
+    # The last source entry it took (the range's start when none): a fenced final delta must reach its bound.
+    read_to: Position | None = None
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineResult:
@@ -163,7 +165,7 @@ class EngineResult:
 
         derived = ("deduplicated_sources", "fallback_at", "copy_s", "read_wait_s", "send_wait_s", "read_back_wait_s",
                    "throttle_wait_s", "scan", "earlier_chunk_messages", "unassembled_chunked_messages",
-                   "compacted_messages", "reader_rereads")
+                   "compacted_messages", "reader_rereads", "read_to")
         fields = {name: data[name] for name in cls.__dataclass_fields__ if name not in derived}
         return cls(**fields, deduplicated_sources=frozenset(pos(p) for p in data["deduplicated_sources"]),
                    fallback_at=pos(data["fallback_at"]) if data.get("fallback_at") else None,
@@ -175,7 +177,8 @@ class EngineResult:
                    earlier_chunk_messages=data.get("earlier_chunk_messages", 0),
                    unassembled_chunked_messages=data.get("unassembled_chunked_messages", 0),
                    compacted_messages=data.get("compacted_messages", 0),
-                   reader_rereads=data.get("reader_rereads", 0))
+                   reader_rereads=data.get("reader_rereads", 0),
+                   read_to=pos(data["read_to"]) if data.get("read_to") else None)
 
 
 def pulsar_lib() -> Path | None:

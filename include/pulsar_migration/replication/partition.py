@@ -976,6 +976,8 @@ def engine_copied(task: PartitionTask, done: EngineCopy) -> Copied | None:
         outcome.copy_engine = "java+python"
         return None
     source_last = check_source_intact(task.src_admin, job)
+    if job.fenced:  # the engine ends quietly where nothing more is delivered: before the bound, what is left?
+        check_read_to_bound(job, result.read_to, rest_undeliverable_of(task))
     return Copied(result.source_messages, result.source_entries, result.source_bytes, result.source_hash,
                   result.receipts, result.receipts_digest, result.deduplicated_sources, source_last)
 
@@ -1019,11 +1021,7 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     if sender is not None:
         outcome.copy_engine = "python" if outcome.copy_engine is None else outcome.copy_engine
     last_read = task.map_source
-    # Whether only undeliverable source entries follow a place, looked up once: the reader asks where it ran dry
-    # before the bound, the fenced delta's guard asks again where the read ended.
-    rest_undeliverable = functools.cache(
-        lambda after, waited: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after,
-                                                                                 job.upper, reader_stopped=waited))
+    rest_undeliverable = rest_undeliverable_of(task)
     progress = PartitionProgress(job, task.spec.progress_interval_s if task.spec else PROGRESS_INTERVAL_DEFAULT_S)
     passed_over: SkippedEntries | None = None
     try:
@@ -1076,6 +1074,15 @@ def copy_with_client(task: PartitionTask, resume_after: Position | None, dry_run
     return Copied(source_hash.messages, source_hash.entries, source_hash.bytes, source_hash.hexdigest,
                   receipts.count, receipts.hexdigest,
                   frozenset(sender.stats.deduplicated_sources) if sender is not None else frozenset(), source_last)
+
+
+def rest_undeliverable_of(task: PartitionTask) -> Callable[[Position, bool], bool]:
+    """Whether only undeliverable source entries follow a place up to the bound, looked up once per place: the
+    reader asks where it ran dry before the bound, the fenced delta's guard asks again where the read ended."""
+    job, src_admin = task.job, task.src_admin
+    return functools.cache(
+        lambda after, waited: job.upper is not None and only_undeliverable_after(src_admin, job.topic, after,
+                                                                                 job.upper, reader_stopped=waited))
 
 
 def passed_entries(task: PartitionTask, gaps: EntryGaps | None) -> SkippedEntries | None:

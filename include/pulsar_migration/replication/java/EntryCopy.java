@@ -676,6 +676,9 @@ public final class EntryCopy {
     long deduplicated;
     long delayed;
     String fallbackAt;
+    // The last source entry taken (the range's start before any): a fenced final delta must reach the bound, and
+    // the engine ends quietly where the broker delivers nothing more (an open transaction holds the rest back).
+    long[] readTo;
     final Chunks chunks = new Chunks();
     final java.util.Set<String> gatheredEarlier = new java.util.HashSet<>();  // uuids gatherEarlierChunks looked for
     long earlierChunkMessages;  // messages whose earlier chunks it found
@@ -808,6 +811,7 @@ public final class EntryCopy {
         result.put("receipts_digest", receipts.hex());
         result.putPOJO("deduplicated_sources", deduplicatedSources);
         result.put("fallback_at", fallbackAt);
+        result.put("read_to", readTo == null ? null : readTo[0] + ":" + readTo[1]);
         result.put("earlier_chunk_messages", earlierChunkMessages);
         result.put("compacted_messages", compactedMessages);
         result.put("reader_rereads", rereads);
@@ -829,6 +833,7 @@ public final class EntryCopy {
         if (upper == null || (after != null && compare(after[0], after[1], upper[0], upper[1]) >= 0)) {
             return;
         }
+        readTo = after;
         long[] from = copyCompacted(src, tgt);
         Gaps gaps = ledgers == null ? null : new Gaps(ledgers, gapTolerance);
         try {
@@ -848,6 +853,7 @@ public final class EntryCopy {
                             return false;
                         }
                         taken[0] = new long[] {raw.ledger(), raw.entry()};
+                        readTo = taken[0];
                         return entry(raw, src, tgt);
                     }, mayStandStill);
                 } finally {
@@ -914,6 +920,7 @@ public final class EntryCopy {
                 }
                 compactedMessages += source.messages - before;
                 taken[0] = new long[] {raw.ledger(), raw.entry()};
+                readTo = taken[0];
                 return true;
             });
         } finally {
