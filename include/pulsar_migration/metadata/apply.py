@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -61,6 +61,29 @@ class ChangeResult:
     ok: bool
     error: str | None
     millis: int
+
+
+PRECONDITION_FAILED = 412
+
+
+def retention_before_quota(policies: dict[str, Any], retention: str, quota: str,
+                           set_one: Callable[[str, Any], None]) -> None:
+    """Sets `policies` one by one, the retention before the backlog quota: the broker checks a quota against the
+    retention in force when it is set (412 "Backlog Quota exceeds configured retention quota"), so a quota raised
+    with its retention was refused on every run (sorted by name, the quota came first). Where the retention is
+    refused instead (412: the target's quota now exceeds the smaller retention), the quota goes first."""
+    pending = dict(sorted(policies.items(), key=lambda item: item[0] == quota))
+    for name, value in list(pending.items()):
+        if name not in pending:
+            continue
+        try:
+            set_one(name, value)
+        except AdminError as exc:
+            if name != retention or quota not in pending or exc.status != PRECONDITION_FAILED:
+                raise
+            set_one(quota, pending.pop(quota))
+            set_one(name, value)
+        pending.pop(name, None)
 
 
 class ChangeApplier:
@@ -120,7 +143,7 @@ class ChangeApplier:
                 method, suffix = r.NAMESPACE_POLICY_SETTERS["entryFilters"]
                 admin.request(method, f"{path}{suffix}", json_body=filters)
             return
-        for name, value in body["policies"].items():
+        def set_one(name: str, value: Any) -> None:
             method, suffix = r.NAMESPACE_POLICY_SETTERS[name]
             if name == "backlog_quota_map":
                 for quota_type, quota in value.items():
@@ -129,6 +152,8 @@ class ChangeApplier:
                 admin.request(method, f"{path}{suffix}", json_body=value[self.spec.target])
             else:
                 admin.request(method, f"{path}{suffix}", json_body=value)
+
+        retention_before_quota(body["policies"], "retention_policies", "backlog_quota_map", set_one)
 
     def _apply_namespace_permission(self, admin: PulsarAdmin, c: Change, actions: list[str]) -> None:
         ns, role = r.split_child_key(c.key)
@@ -166,7 +191,8 @@ class ChangeApplier:
 
     def _apply_topic_policies(self, admin: PulsarAdmin, c: Change, policies: dict[str, Any]) -> None:
         path = self._topic_path(c.key)
-        for name, value in policies.items():
+
+        def set_one(name: str, value: Any) -> None:
             if name == "messageTTL":  # 4.0 takes the TTL as a query parameter
                 admin.post(f"{path}/messageTTL", params={"messageTTL": value})
             elif name == "backlogQuotaMap":
@@ -174,6 +200,8 @@ class ChangeApplier:
                     admin.post(f"{path}/backlogQuota", quota, params={"backlogQuotaType": quota_type})
             else:
                 admin.request("PUT" if name in r.TOPIC_POLICY_PUT else "POST", f"{path}/{name}", json_body=value)
+
+        retention_before_quota(policies, "retention", "backlogQuotaMap", set_one)
 
     def _apply_schema(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         ns, topic = c.key.split("/", 1)

@@ -39,7 +39,9 @@ APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (TENANT,),
     (NAMESPACE,),
     (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC, NON_PERSISTENT_TOPIC),
-    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA),
+    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES),
+    # After the topic policies: an upload is checked against the topic's own compatibility strategy first.
+    (SCHEMA,),
     (SUBSCRIPTION,),
 )
 ALL_KINDS = tuple(kind for phase in APPLY_PHASES for kind in phase)
@@ -62,6 +64,9 @@ NAMESPACE_POLICY_SETTERS: dict[str, tuple[str, str]] = {
     "deduplicationEnabled": ("POST", "/deduplication"),
     "deduplicationSnapshotIntervalSeconds": ("POST", "/deduplicationSnapshotInterval"),
     "schema_compatibility_strategy": ("PUT", "/schemaCompatibilityStrategy"),
+    # Deprecated, yet 4.0 applies it where schema_compatibility_strategy is UNDEFINED (AutoUpdateDisabled: no
+    # schema change at all); not carried, such a source's target took FULL.
+    "schema_auto_update_compatibility_strategy": ("PUT", "/schemaAutoUpdateCompatibilityStrategy"),
     "is_allow_auto_update_schema": ("POST", "/isAllowAutoUpdateSchema"),
     "schema_validation_enforced": ("POST", "/schemaValidationEnforced"),
     "encryption_required": ("POST", "/encryptionRequired"),
