@@ -15,6 +15,9 @@ import pulsar
 from localdev.pulsar_local import LocalCluster
 from pulsar_migration.admin import PulsarAdmin
 from pulsar_migration.metadata.step import run as sync_metadata
+from pulsar_migration.replication.geo import compacted_view_before
+from pulsar_migration.replication.partition import compacted_gap
+from pulsar_migration.spec import MigrationSpec
 from pulsar_migration.stepjob import run_step
 
 from tests.conftest import unique
@@ -44,9 +47,7 @@ def produce(cluster: LocalCluster, topic: str, round_: int, keys: int = 10) -> N
         c.close()
 
 
-def compact_and_trim(admin: PulsarAdmin, topic: str, cluster: LocalCluster, tail: bytes) -> None:
-    """Compacts the topic, rolls its ledger (an unload) and stores `tail` in the new one, then trims the ledgers
-    every cursor (the compaction's alone) has passed."""
+def compact(admin: PulsarAdmin, topic: str) -> None:
     path = admin.topic_path(topic)
     admin.put(f"{path}/compaction")
     deadline = time.monotonic() + 60
@@ -54,6 +55,13 @@ def compact_and_trim(admin: PulsarAdmin, topic: str, cluster: LocalCluster, tail
         assert time.monotonic() < deadline, "compaction did not finish"
         time.sleep(0.3)
     assert admin.get(f"{path}/compaction").get("status") == "SUCCESS"
+
+
+def compact_and_trim(admin: PulsarAdmin, topic: str, cluster: LocalCluster, tail: bytes) -> None:
+    """Compacts the topic, rolls its ledger (an unload) and stores `tail` in the new one, then trims the ledgers
+    every cursor (the compaction's alone) has passed."""
+    path = admin.topic_path(topic)
+    compact(admin, topic)
     admin.put(f"{path}/unload")
     c = client(cluster)
     try:
@@ -88,11 +96,14 @@ def test_a_compacted_topic_whose_ledgers_were_trimmed_keeps_its_table_on_the_tar
 ) -> None:
     tenant = source_tenant(admin_a, cluster_a, unique("it-compacted"))
     topic, python_topic = f"persistent://{tenant}/ns/table", f"persistent://{tenant}/ns/python"
-    create_topics(admin_a, topic, python_topic)
+    kept = f"persistent://{tenant}/ns/kept"  # compacted, nothing trimmed
+    create_topics(admin_a, topic, python_topic, kept)
     try:
         for t in (topic, python_topic):
             produce(cluster_a, t, 1)
             compact_and_trim(admin_a, t, cluster_a, b"k0=r1tail")
+        produce(cluster_a, kept, 1)
+        compact(admin_a, kept)
         compacted = view(cluster_a, topic, compacted=True)
         assert len(compacted) == 11 and sum(b for _, b in compacted) == 5  # the premise: all the view holds
         assert view(cluster_a, topic, compacted=False) == [(b"k0=r1tail", False)]
@@ -138,5 +149,12 @@ def test_a_compacted_topic_whose_ledgers_were_trimmed_keeps_its_table_on_the_tar
         error = report(tmp_path / "geo")["error"]
         assert "only in their compacted ledger" in error and "copy mode" in error, error
         assert cluster_b.name not in admin_a.get(f"/namespaces/{tenant}/ns/replication")  # nothing turned on
+        # A compacted topic whose ledgers are all kept is not refused (every compacted one was, until 2026-11-29):
+        # only a compacted view beginning before the first stored entry holds what no ledger does.
+        loaded = MigrationSpec.load(str(geo))
+        for name, lost in ((kept, False), (python_topic, True)):
+            first = compacted_gap(admin_a, name, None)
+            assert first is not None, name  # a compaction ran on both
+            assert compacted_view_before(loaded, name, first) is lost, name
     finally:
         cleanup(tenant, admin_a, admin_b)

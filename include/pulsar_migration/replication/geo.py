@@ -90,12 +90,34 @@ def _check_compacted(spec: MigrationSpec, admin: PulsarAdmin, jobs: list[Partiti
     never carries them, and the verification, reading the same, would pass."""
     with ThreadPoolExecutor(spec.admin_concurrency) as pool:
         gaps = pool.map(lambda job: compacted_gap(admin, job.topic, None), jobs)
-        gone = [(j.topic, g) for j, g in zip(jobs, gaps, strict=True) if g is not None]
+        maybe = [(j.topic, g) for j, g in zip(jobs, gaps, strict=True) if g is not None]
+    # A compaction ran on these; only one whose view holds a message before the first stored entry lost ledgers
+    # (any compacted topic was refused, though retention, which geo mode requires, usually keeps them all).
+    gone = [(topic, first) for topic, first in maybe if compacted_view_before(spec, topic, first)] if maybe else []
     if gone:
         names = ", ".join(f"{t.split('://', 1)[-1]} (before {g})" for t, g in gone[:5])
         raise GeoError(f"{len(gone)} partition(s) on {spec.source} hold messages only in their compacted ledger "
                        f"({names}{', ...' if len(gone) > 5 else ''}): a compaction kept them and their ledgers were "
                        "trimmed since; geo-replication does not carry them, copy mode does (replication.mode copy)")
+
+
+def compacted_view_before(spec: MigrationSpec, topic: str, first: Position) -> bool:
+    """Whether the source partition's compacted view begins before `first` (its first stored entry): the messages
+    there live in the compacted ledger only."""
+    import pulsar
+
+    client = spec.source_cluster.pulsar_client()
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        try:
+            if not reader.has_message_available():
+                return False
+            message = reader.read_next(30_000)
+            return MessageIdInfo.of(message.message_id()).position < first
+        finally:
+            reader.close()
+    finally:
+        client.close()
 
 
 def prepare(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: PulsarAdmin,
@@ -496,6 +518,28 @@ def local_only_hint(spec: MigrationSpec, admin: PulsarAdmin, topic: str, source:
             "source gets them; copy such topics with replication.mode copy")
 
 
+def late_start_hint(spec: MigrationSpec, source: list[_Entry], target: list[_Entry], cursor_passed: bool) -> str:
+    """Why a target that lacks entries may lack them, when those are the source's first ones: the replicator began
+    after them. Its cursor was there before this run (the namespace replicated to the target before the tool ran,
+    the topic was created while unselected and its cursor started at its end, or a pre-created cursor was removed
+    as an orphan by a topic load before the policy change listed the target), and prepare trusts an existing
+    cursor. Every re-run failed as "content differs" with no cause named. `cursor_passed`: the source's replicator
+    cursor is past the bound (with nothing on the target, all it passed was skipped)."""
+    origins = [Position.parse(t.source_property) for t in target if t.source_property]
+    first_arrived = min(origins) if origins else None
+    if first_arrived is None and not cursor_passed:
+        return ""
+    before = [s for s in not_arrived(source, target) if first_arrived is None or s.position < first_arrived]
+    if not before or before[0].position != source[0].position:
+        return ""
+    since = f", the first replicated {first_arrived}" if first_arrived else ""
+    return (f"; the replication to {spec.target} began after the source's first {len(before)} entr"
+            f"{'y' if len(before) == 1 else 'ies'} (from {before[0].position}{since}): the partition's replicator "
+            "cursor was there before this run (the namespace replicated there before, the topic was created "
+            "while not selected, or the cursor was removed before replication was on) and geo-replication never "
+            "sends what lies before it; copy these topics with replication.mode copy")
+
+
 def _sample(indexes: list[int], count: int) -> list[int]:
     """Up to `count` indexes spread evenly, the first and the last included."""
     if len(indexes) <= count:
@@ -639,7 +683,9 @@ def _verify(spec: MigrationSpec, task: PartitionTask) -> list[MapRow]:
     if len(target.entries) < wanted:
         hint = (chunked_hint(source.entries)
                 or local_only_hint(spec, src_admin, job.topic, source.entries, target.entries)
-                or expired_hint(src_admin, job.base_topic, source.entries, target.entries, int(time.time() * 1000)))
+                or expired_hint(src_admin, job.base_topic, source.entries, target.entries, int(time.time() * 1000))
+                or (late_start_hint(spec, source.entries, target.entries, settle_until is not None)
+                    if map_source is None else ""))
         guess = "" if hint else " (entries dropped on the target?)"
         short = f"the target holds {len(target.entries)} of {wanted} replicated entries " + (
             f"although the source's replicator cursor is past {job.upper}{guess}"
