@@ -43,6 +43,7 @@ from pulsar_migration.replication.partition import (
     lag_after,
     mark_both_sides,
     not_copied_hint,
+    only_undeliverable_after,
     run_partition,
 )
 from pulsar_migration.replication.posmap import MapRow
@@ -64,6 +65,10 @@ REPLICATOR_START_GRACE_S = 30.0
 # cursor. With nothing delivered for that long nothing is in flight either, so the restart sends nothing twice.
 REPLICATOR_STALL_S = 30.0
 MAX_STALL_RESTARTS = 3
+# The switch's final delta (fenced: clients held) fails once a partition made no progress this long (one stall
+# restart included), instead of at the geo timeout: an open transaction on the source holds the replicator back
+# (4.0.8 reads only up to the topic's max read position) until it ends, which held the clients 600 s.
+FENCED_STALL_S = 45.0
 # How long the target may still be short once the source's replicator cursor says everything was delivered.
 SETTLE_S = 15.0  # a loaded target broker can take seconds to show entries it has stored
 # Reads of the source range that may stop short of its bound before the step gives up on reaching it.
@@ -339,6 +344,39 @@ class StallWatch:
             self._awaiting = None
 
 
+class FencedStall:
+    """Partitions of a fenced run whose replication made no progress (target's last entry, backlog) for
+    FENCED_STALL_S."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[Any, float]] = {}
+
+    def stalled(self, topic: str, status: dict[str, Any], now: float) -> bool:
+        progress = (status.get("target_last"), status.get("backlog"), status.get("replicator"))
+        seen = self._seen.get(topic)
+        if seen is None or seen[0] != progress:
+            self._seen[topic] = (progress, now)
+            return False
+        return now - seen[1] >= FENCED_STALL_S
+
+
+def fenced_stall_line(spec: MigrationSpec, admin: PulsarAdmin, job: PartitionJob, status: dict[str, Any]) -> str:
+    """The one line of a fenced partition whose replication stopped short of its bound, with the likely cause."""
+    assert job.upper is not None
+    mark = replicator_mark(admin, job.topic, spec.target)
+    cause = ""
+    try:
+        if mark is not None and mark < job.upper and not only_undeliverable_after(admin, job.topic, mark, job.upper,
+                                                                                  reader_stopped=True):
+            cause = ("; what follows is not only transaction markers or aborted messages: an open transaction on the "
+                     "source (the replicator reads no further until it ends), or a replicator stuck")
+    except Exception:  # the cause stays unnamed; the line stands
+        log.debug("%s: what follows %s is not known", job.topic, mark, exc_info=True)
+    return (f"replication to {spec.target} made no progress for {FENCED_STALL_S:.0f}s on {job.topic} while the "
+            f"clients are held: its replicator stands at {mark or 'no entry'}, the source's end is {job.upper}"
+            f"{cause} ({json.dumps(status, sort_keys=True)})")
+
+
 def _stall_progress(status: dict[str, Any]) -> tuple[Any, ...] | None:
     """What moves while a running replicator works (None: no replicator yet, the start rule applies)."""
     if not status.get("replicator"):
@@ -355,6 +393,7 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
     first_arrival_s: float | None = None
     reunloaded: set[str] = set()
     stalls = StallWatch()
+    fenced = FencedStall()
     status: dict[str, dict[str, Any]] = {}
     while True:
         checks: list[tuple[PartitionJob, dict[str, Any]]] = [(j, {}) for j in pending]
@@ -369,6 +408,9 @@ def _wait_caught_up(spec: MigrationSpec, src_admin: PulsarAdmin, tgt_admin: Puls
         if not pending:
             break
         now = time.monotonic()
+        for job in pending:
+            if job.fenced and job.upper is not None and fenced.stalled(job.topic, status.get(job.topic, {}), now):
+                raise GeoError(fenced_stall_line(spec, src_admin, job, status.get(job.topic, {})))
         if now > deadline:
             first = pending[0]
             raise GeoError(f"replication to {spec.target} has not caught up after {spec.geo_timeout_s}s on "
