@@ -648,3 +648,37 @@ def test_a_topic_limited_to_one_producer_takes_a_copy_that_needs_two(
         assert [m["data"] for m in drain(cluster_b, topic)] == sent
     finally:
         cleanup(tenant, admin_a, admin_b)
+
+
+def test_an_incompressible_message_near_the_size_limit_is_copied_through_the_engine(
+    cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin, admin_b: PulsarAdmin,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """An unbatched uncompressed message of random bytes that fits the broker's 5 MiB on the source is too large to
+    send decompressed with the two added properties' room (RECOMPRESS_ABOVE_BYTES), so the engine compresses it
+    with LZ4, which makes random bytes larger: the Java client refused it ("exceeds 5242880 bytes") on every run,
+    with chunking off for compressed producers (found by a review on 2026-11-29). Such a producer now chunks what
+    the codec does not bring under the limit, as the Python path's does."""
+    import os
+
+    tenant = source_tenant(admin_a, cluster_a, unique("it-lz4big"))
+    topic = f"persistent://{tenant}/ns/random"
+    admin_a.put(admin_a.topic_path(topic))
+    c = client(cluster_a)
+    producer = c.create_producer(topic, batching_enabled=False)
+    producer.send(b"before")
+    producer.send(os.urandom(5_225_000))
+    producer.send(b"after")
+    c.close()
+    spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b, options={"copy_engine": "java"})
+    run_dir = tmp_path / "run"
+    try:
+        assert run_step("sync_metadata", sync_metadata, ["--spec", str(spec), "--run-dir", str(run_dir)]) == 0
+        assert step(spec, run_dir) == 0, report(run_dir).get("error")
+        done = report(run_dir)
+        assert {p["copy_engine"] for p in done["details"]["partitions"]} == {"java"}
+        assert done["counts"]["copied_messages"] == 3 and done["hashes"]["source"] == done["hashes"]["target"]
+        assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic))
+        assert step(spec, run_dir) == 0 and report(run_dir)["counts"]["copied_messages"] == 0  # a re-run: nothing
+    finally:
+        cleanup(tenant, admin_a, admin_b)

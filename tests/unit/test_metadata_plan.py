@@ -202,3 +202,22 @@ def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) ->
     counts = plan_counts(plan)
     assert (counts[CONFLICT], counts[CREATE], counts[NOOP], counts[UPDATE]) == (3, 2, 1, 0)
     assert counts["topic.CONFLICT"] == 1
+
+
+def test_a_topic_name_with_a_bar_or_a_percent_keeps_its_children(spark: SparkSession) -> None:
+    """`|` ends a child key's topic part: a topic `a|b` was split into `a` and `b|s` (its subscription created on a
+    topic `a`, its conflict not blocking it). The topic part is escaped now (resources.child_key)."""
+    for topic, name in (("ns/a|b", "s|x"), ("ns/100%7Cdone", "role"), ("ns/plain", "")):
+        key = r.child_key(topic, name)
+        assert r.split_child_key(key) == (topic, name)
+    rows = [(r.TARGET, r.TOPIC, "ns/a|b", "ns", j({"partitions": 2})),
+            (r.TARGET, r.SUBSCRIPTION, r.child_key("ns/a|b", "s"), "ns", j({"properties": {}})),
+            (r.TARGET, r.TOPIC, "ns/a", "ns", j({"partitions": 0})),
+            (r.TARGET, r.SUBSCRIPTION, r.child_key("ns/a", "b|s"), "ns", j({"properties": {}}))]
+    actual = [(r.TARGET, r.TOPIC, "ns/a|b", "ns", j({"partitions": 5}))]
+    from pulsar_migration.metadata.plan import RESOURCE_SCHEMA
+
+    plan = plan_metadata(spark.createDataFrame(rows, RESOURCE_SCHEMA), spark.createDataFrame(actual, RESOURCE_SCHEMA))
+    got = {(row.kind, row.key): row.action for row in plan.collect()}
+    assert got[(r.SUBSCRIPTION, r.child_key("ns/a|b", "s"))] == CONFLICT  # blocked with its topic
+    assert got[(r.SUBSCRIPTION, r.child_key("ns/a", "b|s"))] == CREATE  # another topic's: not confused with it

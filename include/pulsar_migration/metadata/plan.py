@@ -193,7 +193,8 @@ def plan_metadata(desired: DataFrame, actual: DataFrame) -> DataFrame:
     )
     topic_of_row = F.when(F.col("kind") == r.TOPIC_POLICIES, F.col("key")).when(
         F.col("kind") == r.SCHEMA, F.col("key")
-    ).otherwise(F.split(F.col("key"), r"\|").getItem(0))
+    ).otherwise(F.regexp_replace(F.regexp_replace(F.split(F.col("key"), r"\|").getItem(0), "%7C", "|"),
+                                 "%25", "%"))  # as resources.child_parent
     with_topic = decided.withColumn("topic_of_row", topic_of_row)
     blocked = (F.col("kind").isin(*sorted(r.TOPIC_CHILD_KINDS))) & F.col("conflict_topic").isNotNull() & (
         F.col("action").isin(*CHANGING_ACTIONS)

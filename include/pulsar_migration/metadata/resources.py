@@ -163,13 +163,20 @@ def topic_key(namespace: str, topic: str) -> str:
 
 
 def child_key(topic_local: str, name: str) -> str:
-    """Key of a topic's child (role, subscription): `ns/topic|name`."""
-    return f"{topic_local}|{name}"
+    """Key of a topic's (or namespace's) child (role, subscription): `ns/topic|name`. A topic name may hold `|`
+    (a namespace's may not): its `%` and `|` are escaped, so the first `|` always ends it (a topic `a|b` was split
+    into `a` and `b|name`: its grants and subscriptions went to the wrong topic or failed)."""
+    return f"{topic_local.replace('%', '%25').replace('|', '%7C')}|{name}"
 
 
 def split_child_key(key: str) -> tuple[str, str]:
-    topic_local, _, name = key.partition("|")
-    return topic_local, name
+    escaped, _, name = key.partition("|")
+    return child_parent(escaped), name
+
+
+def child_parent(escaped: str) -> str:
+    """The topic (or namespace) part of a child key as child_key escaped it, unescaped."""
+    return escaped.replace("%7C", "|").replace("%25", "%")
 
 
 def is_system_topic(topic: str) -> bool:

@@ -1603,7 +1603,10 @@ public final class EntryCopy {
         String key = keepIdentity ? name + "\u0000" + version + codec : name;
         // Plain unbatched producers chunk what exceeds the broker's message size, as the Python path's of that name
         // (under an identity, one producer sends both shapes: a batch this size is sent compressed, never chunked).
-        boolean chunking = (!batched || keepIdentity) && recompress == CompressionType.NONE;
+        // An unbatched message recompressed for its size chunks too where the codec does not bring it under the
+        // limit (incompressible data grows under LZ4: refused on every run, "exceeds 5242880 bytes", until 29
+        // November), as the Python path's compressing producers do; the client compresses, then chunks.
+        boolean chunking = keepIdentity ? recompress == CompressionType.NONE : !batched;
         Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress, chunking);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
