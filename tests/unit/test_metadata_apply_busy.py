@@ -124,3 +124,11 @@ def test_a_schema_version_the_target_refuses_fails_in_one_line_instead_of_passin
     with pytest.raises(AdminError, match="schema 2 of 3 of ns/orders refused by cluster-x's compatibility check"):
         applier(admin).apply(schema_change(3))  # type: ignore[arg-type]
     assert len(admin.posts) == 1
+
+
+def test_a_create_answered_409_is_done_and_keeps_the_answer_for_the_verification() -> None:
+    """A partitioned `x` created where a stray non-partitioned `x-partition-0` exists is answered 409 "This topic
+    already exists": done as before, but the answer now reaches the verification's line (it named no reason)."""
+    admin = ScriptedAdmin([Conflict("This topic already exists", 409)])
+    assert applier(admin).apply(subscription_change()) == "409 This topic already exists"
+    assert applier(ScriptedAdmin([None])).apply(subscription_change()) is None

@@ -94,7 +94,8 @@ class ChangeApplier:
         self.admins = admins
         self.tenant = seg(spec.tenant)
 
-    def apply(self, c: Change) -> None:
+    def apply(self, c: Change) -> str | None:
+        """Applies the change; returns the broker's answer when a CREATE found the resource there (409)."""
         admin = self.admins[c.side]
         body = json.loads(c.change)
         handler = getattr(self, f"_apply_{c.kind}")
@@ -102,11 +103,14 @@ class ChangeApplier:
             # A CREATE asked again while busy answers 409 (exists) or creates it.
             asked_again_while_busy(lambda: handler(admin, c, body), f"{c.kind} {c.key} on {admin.name}",
                                    attempts=BUSY_ATTEMPTS if c.action == CREATE else 1)
-        except Conflict:
-            # A CREATE that finds the resource already there (e.g. a retry after a lost response) is
-            # fine: the verification pass compares the actual state either way.
+        except Conflict as exc:
+            # A CREATE that finds the resource already there (e.g. a retry after a lost response) is fine: the
+            # verification compares the actual state either way. Its answer is kept: a 409 for something else (a
+            # non-partitioned `x-partition-0` where a partitioned `x` is created) names why it differs.
             if c.action != CREATE:
                 raise
+            return f"409 {exc}"
+        return None
 
     def _apply_cluster(self, admin: PulsarAdmin, c: Change, _: Any) -> None:
         data = json.loads(c.desired)
@@ -241,8 +245,8 @@ def _apply_groups(spec_dict: dict[str, Any], concurrency: int,
         for c in group:
             started = time.monotonic()
             try:
-                applier.apply(c)
-                results.append(ChangeResult(c.side, c.kind, c.key, c.action, True, None, _ms(started)))
+                existed = applier.apply(c)  # kept in `error` of a row that is ok: the 409 a CREATE met
+                results.append(ChangeResult(c.side, c.kind, c.key, c.action, True, existed, _ms(started)))
             except Exception as exc:  # reported per row; the step fails on any
                 results.append(ChangeResult(c.side, c.kind, c.key, c.action, False, str(exc), _ms(started)))
         return results

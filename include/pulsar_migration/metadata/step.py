@@ -98,10 +98,15 @@ def run(ctx: StepContext) -> None:
             raise StepFailed(f"{len(failures)} of {len(results)} change(s) failed; first: {first.kind} "
                              f"{first.key} ({first.action}): {first.error}")
 
+        existed = {(res.side, res.kind, res.key): res.error for res in results if res.ok and res.error}
+        if existed:
+            report.details["created_already_there"] = [
+                {"side": k[0], "kind": k[1], "key": k[2], "answer": v}
+                for k, v in list(existed.items())[:CONFLICT_DETAIL_LIMIT]]
         planned_conflicts = {(row.side, row.kind, row.key) for row in plan.filter(F.col("action") == CONFLICT)
                              .select("side", "kind", "key").collect()}
         started = time.monotonic()
-        _verify(ctx, clusters, desired, desired_topics, planned_conflicts, concurrency)
+        _verify(ctx, clusters, desired, desired_topics, planned_conflicts, concurrency, existed)
         report.details["verify_s"] = round(time.monotonic() - started, 3)
     finally:
         clusters.close()
@@ -128,7 +133,8 @@ def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
 
 
 def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
-            planned_conflicts: set[tuple[str, str, str]], concurrency: int) -> None:
+            planned_conflicts: set[tuple[str, str, str]], concurrency: int,
+            existed: dict[tuple[str, str, str], str] | None = None) -> None:
     """Fresh inventory of both clusters; every desired row the plan did not mark CONFLICT must now hold
     exactly (a conflict that appeared during apply, e.g. a producer auto-creating a topic, fails here).
 
@@ -148,8 +154,10 @@ def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_to
                      len(mismatched))
             time.sleep(VERIFY_RETRY_DELAY_S * 2 ** (attempt - 1))
     first = mismatched[0] if mismatched else ("?", "?", "?")
+    answer = (existed or {}).get(first)
+    why = f"; its CREATE was answered {answer}" if answer else ""
     raise StepFailed(f"verification failed: {len(mismatched)} resource(s) differ after apply "
-                     f"(first: {first[1]} {first[2]} on {first[0]}), {remaining} change(s) still planned")
+                     f"(first: {first[1]} {first[2]} on {first[0]}{why}), {remaining} change(s) still planned")
 
 
 def _compare(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
