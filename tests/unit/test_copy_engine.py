@@ -197,9 +197,15 @@ public final class ChunkProbe {
     /** Feeds chunk `id` of `uuid` (of `count`, `total` bytes as stored) at the next position; prints the outcome. */
     static void feed(String uuid, int id, int count, int total, byte[] part, CompressionType codec, int size)
             throws Exception {
+        feed(uuid, id, count, total, part, codec, size, "p-" + uuid);
+    }
+
+    /** As above, stored by `producer` (a producer stores one message's chunks before its next message). */
+    static void feed(String uuid, int id, int count, int total, byte[] part, CompressionType codec, int size,
+                     String producer) throws Exception {
         MessageMetadata md = new MessageMetadata();
         md.setUuid(uuid).setChunkId(id).setNumChunksFromMsg(count).setTotalChunkMsgSize(total);
-        md.setProducerName("p").setSequenceId(1).setPublishTime(1);
+        md.setProducerName(producer).setSequenceId(1).setPublishTime(1);
         if (codec != CompressionType.NONE) {
             md.setCompression(codec).setUncompressedSize(size);
         }
@@ -239,7 +245,19 @@ public final class ChunkProbe {
         feed("lz4", 1, 2, lz4.length, java.util.Arrays.copyOfRange(lz4, half, lz4.length), CompressionType.LZ4,
                 text.length);
         feed("big", 0, 2, 5000, new byte[10], CompressionType.NONE, 0);
-        System.out.println("lost " + chunks.lost + " pending " + chunks.pending.keySet() + " bytes "
+        // A producer killed inside a message: its next message (a first chunk, or an entry of its own) gives it up,
+        // and its bytes no longer hold back a later message's.
+        byte[][] two = {"n1".getBytes(StandardCharsets.UTF_8), "n2".getBytes(StandardCharsets.UTF_8)};
+        feed("dead", 0, 3, 900, two[0], CompressionType.NONE, 0, "k");
+        feed("next", 0, 2, 900, two[0], CompressionType.NONE, 0, "k");
+        feed("next", 1, 2, 900, two[1], CompressionType.NONE, 0, "k");
+        feed("dead2", 0, 3, 900, two[0], CompressionType.NONE, 0, "k");
+        MessageMetadata plain = new MessageMetadata().setProducerName("k").setSequenceId(2).setPublishTime(1);
+        chunks.movedOn(EntryCopy.Chunks.producerOf(plain), null);
+        feed("after", 0, 2, 900, two[0], CompressionType.NONE, 0, "m");
+        feed("after", 1, 2, 900, two[1], CompressionType.NONE, 0, "m");
+        System.out.println("lost " + new java.util.TreeSet<>(chunks.lost) + " pending "
+                + new java.util.TreeSet<>(chunks.pending.keySet()) + " bytes "
                 + chunks.gatheredBytes);
     }
 }
@@ -589,7 +607,8 @@ def test_chunks_are_put_together_as_the_java_consumer_does(probes: tuple[Path, s
         "x/0 -", "y/0 -", "x/1 whole:x1x2@7:19", "y/1 whole:y1y2@7:20",
         "lz4/0 -", "lz4/1 whole:650@7:23:false",
         "big/0 irregular",
-        "lost [gap] pending [gap2] bytes 6",
+        "dead/0 -", "next/0 -", "next/1 whole:n1n2@7:27", "dead2/0 -", "after/0 -", "after/1 whole:n1n2@7:30",
+        "lost [dead, dead2, gap] pending [gap2] bytes 6",
     ]
 
 

@@ -1220,6 +1220,7 @@ public final class EntryCopy {
                 return false;
             }
             if (!opened.chunked()) {
+                chunks.movedOn(Chunks.producerOf(opened.md()), null);
                 return send(raw, opened.md(), opened.payload(), pos, tgt, null);
             }
             Chunks.Whole whole = takeChunk(raw, opened, src);
@@ -1319,14 +1320,44 @@ public final class EntryCopy {
             final long firstEntry;
             final ByteBuf bytes;
             final long counted;  // toward MAX_GATHERED_BYTES
+            final String producer;
             int next;
 
-            Gathered(long firstLedger, long firstEntry, int size, long counted) {
+            Gathered(long firstLedger, long firstEntry, int size, long counted, String producer) {
                 this.firstLedger = firstLedger;
                 this.firstEntry = firstEntry;
                 this.bytes = io.netty.buffer.Unpooled.buffer(Math.max(0, size));
                 this.counted = counted;
+                this.producer = producer;
             }
+        }
+
+        /**
+         * Gives up on the messages `producer` began other than `uuid`: a producer stores a message's chunks in order
+         * and before its next message, so an entry of its own after them means the rest never came (a producer
+         * killed inside a message; a resend starts over at a first chunk). Such a message held its bytes toward
+         * MAX_GATHERED_BYTES for the rest of the range, and a later large message went to the Python path for it.
+         */
+        /** A producer as its entries tell it: its name, and the cluster an entry was replicated from (a producer of
+         * the same name in another cluster is another producer). */
+        static String producerOf(MessageMetadata md) {
+            if (!md.hasProducerName()) {
+                return null;
+            }
+            return md.getProducerName() + "\u0000" + (md.hasReplicatedFrom() ? md.getReplicatedFrom() : "");
+        }
+
+        void movedOn(String producer, String uuid) {
+            if (pending.isEmpty() || producer == null) {
+                return;
+            }
+            List<String> abandoned = new ArrayList<>();
+            pending.forEach((key, gathered) -> {
+                if (producer.equals(gathered.producer) && !key.equals(uuid)) {
+                    abandoned.add(key);
+                }
+            });
+            abandoned.forEach(this::lose);
         }
 
         /** A chunked message whole: its last chunk's metadata without the chunk fields, and its payload. */
@@ -1354,12 +1385,13 @@ public final class EntryCopy {
             if (id == 0) {
                 drop(uuid);  // a first chunk again: the producer sent the message over
                 lost.remove(uuid);
+                movedOn(producerOf(md), uuid);
                 long size = Math.max(md.getTotalChunkMsgSize(), md.getUncompressedSize());
                 if (gatheredBytes + size > MAX_GATHERED_BYTES) {
                     return IRREGULAR;
                 }
                 gatheredBytes += size;
-                gathered = new Gathered(raw.ledger(), raw.entry(), md.getTotalChunkMsgSize(), size);
+                gathered = new Gathered(raw.ledger(), raw.entry(), md.getTotalChunkMsgSize(), size, producerOf(md));
                 pending.put(uuid, gathered);
             } else if (gathered == null) {
                 return lost.contains(uuid) ? null : ORPHAN;
@@ -2059,6 +2091,7 @@ public final class EntryCopy {
                     return false;
                 }
                 if (!opened.chunked()) {
+                    chunks.movedOn(Chunks.producerOf(opened.md()), null);
                     return entry(raw, opened.md(), opened.payload(), -1, -1);
                 }
                 Chunks.Whole whole = chunks.take(raw, opened.md(), opened.payload());
