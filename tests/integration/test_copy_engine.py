@@ -656,9 +656,9 @@ def test_an_incompressible_message_near_the_size_limit_is_copied_through_the_eng
 ) -> None:
     """An unbatched uncompressed message of random bytes that fits the broker's 5 MiB on the source is too large to
     send decompressed with the two added properties' room (RECOMPRESS_ABOVE_BYTES), so the engine compresses it
-    with LZ4, which makes random bytes larger: the Java client refused it ("exceeds 5242880 bytes") on every run,
-    with chunking off for compressed producers (found by a review on 2026-11-29). Such a producer now chunks what
-    the codec does not bring under the limit, as the Python path's does."""
+    with LZ4, which makes random bytes larger: the Java client refused it ("exceeds 5242880 bytes") on every run
+    (found by a review on 2026-11-29). A message the codec does not bring under the limit now goes uncompressed,
+    chunked (copies stay uncompressed chunks, which the broker's entry endpoint shows)."""
     import os
 
     tenant = source_tenant(admin_a, cluster_a, unique("it-lz4big"))
@@ -678,7 +678,10 @@ def test_an_incompressible_message_near_the_size_limit_is_copied_through_the_eng
         done = report(run_dir)
         assert {p["copy_engine"] for p in done["details"]["partitions"]} == {"java"}
         assert done["counts"]["copied_messages"] == 3 and done["hashes"]["source"] == done["hashes"]["target"]
-        assert content(drain(cluster_b, topic)) == content(drain(cluster_a, topic))
+        target = drain(cluster_b, topic)
+        assert content(target) == content(drain(cluster_a, topic))
+        chunked = admin_b.entry_headers(topic, *target[1]["entry"])  # the message's last chunk, shown
+        assert int(chunked["X-Pulsar-num-chunks-from-msg"]) > 1 and "X-Pulsar-compression" not in chunked
         assert step(spec, run_dir) == 0 and report(run_dir)["counts"]["copied_messages"] == 0  # a re-run: nothing
     finally:
         cleanup(tenant, admin_a, admin_b)

@@ -1626,7 +1626,7 @@ public final class EntryCopy {
         }
         long size = source.bytes - bytesBefore;  // the messages' payload bytes, as the Python path counts them
         // A chunked message is chunked again instead (the Python path's rule).
-        CompressionType recompress = firstChunk != null ? CompressionType.NONE : recompression(md, body.readableBytes());
+        CompressionType recompress = firstChunk != null ? CompressionType.NONE : recompression(md, body, batched);
         String codec = recompress == CompressionType.NONE ? "" : "z" + recompress.name().toLowerCase();
         String version = schemaVersion < 0 ? "n" : Long.toString(schemaVersion);
         // An identity is kept whatever the schema version and codec: they make the producer, not its name.
@@ -1635,10 +1635,7 @@ public final class EntryCopy {
         String key = keepIdentity ? name + "\u0000" + version + codec : name;
         // Plain unbatched producers chunk what exceeds the broker's message size, as the Python path's of that name
         // (under an identity, one producer sends both shapes: a batch this size is sent compressed, never chunked).
-        // An unbatched message recompressed for its size chunks too where the codec does not bring it under the
-        // limit (incompressible data grows under LZ4: refused on every run, "exceeds 5242880 bytes", until 29
-        // November), as the Python path's compressing producers do; the client compresses, then chunks.
-        boolean chunking = keepIdentity ? recompress == CompressionType.NONE : !batched;
+        boolean chunking = (!batched || keepIdentity) && recompress == CompressionType.NONE;
         Producer<byte[]> producer = producer(tgt, key, name, schemaVersion, recompress, chunking);
         keepReadBackClose();
         int permits = Math.min(count, maxInFlight);
@@ -1748,12 +1745,24 @@ public final class EntryCopy {
      * grows by the added properties (about 80 bytes a message: a stored batch of 40,000 JSON-like messages, 3.29 MB,
      * became 6.40 MB and was refused) and gets LZ4, where the properties' repeated text shrinks (that one: 0.94 MB).
      */
-    static CompressionType recompression(MessageMetadata md, int sentBytes) {
-        if (sentBytes <= RECOMPRESS_ABOVE_BYTES) {
+    static CompressionType recompression(MessageMetadata md, ByteBuf body, boolean batched) {
+        if (body.readableBytes() <= RECOMPRESS_ABOVE_BYTES) {
             return CompressionType.NONE;
         }
         boolean compressed = md.hasCompression() && md.getCompression() != CompressionType.NONE;
-        return compressed ? md.getCompression() : CompressionType.LZ4;
+        CompressionType codec = compressed ? md.getCompression() : CompressionType.LZ4;
+        if (batched) {
+            return codec;
+        }
+        // An unbatched message the codec does not bring under the limit goes uncompressed, chunked (random bytes
+        // grow under LZ4: such a message, which fits the source, was refused on every run, "exceeds 5242880 bytes",
+        // until 29 November); copies stay uncompressed chunks, which the broker's entry endpoint shows.
+        ByteBuf packed = CompressionCodecProvider.getCompressionCodec(codec).encode(body.slice());
+        try {
+            return packed.readableBytes() <= RECOMPRESS_ABOVE_BYTES ? codec : CompressionType.NONE;
+        } finally {
+            packed.release();
+        }
     }
 
     /** The producer for `key` (the name, or with identities the name, schema version and codec), created as `name`. */
