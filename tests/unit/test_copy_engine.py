@@ -263,6 +263,73 @@ public final class ChunkProbe {
 }
 """
 
+TEXT_PROBE = """
+package org.apache.pulsar.client.impl;
+
+import java.nio.charset.StandardCharsets;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.api.proto.SingleMessageMetadata;
+
+public final class TextProbe {
+    /** Stored metadata whose key (or a property value) holds `raw` where "KEY1" was written. */
+    static byte[] stored(byte[] serialized, byte[] raw) {
+        byte[] marker = "KEY1".getBytes(StandardCharsets.UTF_8);
+        for (int i = 0; i + marker.length <= serialized.length; i++) {
+            if (java.util.Arrays.equals(serialized, i, i + marker.length, marker, 0, marker.length)) {
+                System.arraycopy(raw, 0, serialized, i, raw.length);
+                return serialized;
+            }
+        }
+        throw new IllegalStateException("no marker");
+    }
+
+    static String check(byte[] raw, boolean inProperty, boolean batched) {
+        try {
+            if (batched) {
+                SingleMessageMetadata single = new SingleMessageMetadata().setPayloadSize(0);
+                if (inProperty) {
+                    single.addProperty().setKey("k").setValue("KEY1");
+                } else {
+                    single.setPartitionKey("KEY1");
+                }
+                SingleMessageMetadata parsed = new SingleMessageMetadata();
+                parsed.parseFrom(stored(single.toByteArray(), raw));
+                EntryCopy.checkText(parsed.hasPartitionKey() ? parsed.getPartitionKey() : null,
+                        parsed.getPropertiesList(), () -> new SingleMessageMetadata().copyFrom(parsed)
+                                .getSerializedSize() != parsed.getSerializedSize(), "m");
+            } else {
+                MessageMetadata md = new MessageMetadata().setProducerName("p").setSequenceId(1).setPublishTime(1);
+                if (inProperty) {
+                    md.addProperty().setKey("k").setValue("KEY1");
+                } else {
+                    md.setPartitionKey("KEY1");
+                }
+                MessageMetadata parsed = new MessageMetadata();
+                parsed.parseFrom(stored(md.toByteArray(), raw));
+                EntryCopy.checkText(parsed.hasPartitionKey() ? parsed.getPartitionKey() : null,
+                        parsed.getPropertiesList(), () -> new MessageMetadata().copyFrom(parsed).getSerializedSize()
+                                != parsed.getSerializedSize(), "m");
+            }
+            return "ok";
+        } catch (IllegalStateException e) {
+            return e.getMessage().contains("not UTF-8") ? "refused" : e.getMessage();
+        }
+    }
+
+    public static void main(String[] args) {
+        byte[] invalid = {(byte) 0xff, 0x01, 0x41, 0x42};  // 0xff is never UTF-8
+        byte[] replacement = "\uFFFD1".getBytes(StandardCharsets.UTF_8);  // 4 bytes: a U+FFFD the producer sent
+        byte[] plain = "ABCD".getBytes(StandardCharsets.UTF_8);
+        for (boolean batched : new boolean[] {false, true}) {
+            for (boolean inProperty : new boolean[] {false, true}) {
+                System.out.println(check(invalid, inProperty, batched) + " " + check(replacement, inProperty, batched)
+                        + " " + check(plain, inProperty, batched));
+            }
+        }
+    }
+}
+"""
+
 TAG_PROBE = """
 package org.apache.pulsar.client.impl;
 
@@ -460,7 +527,7 @@ def probe_sources() -> dict[str, str]:
     return {"StallProbe": probe_source(STALL_PROBE), "SequenceProbe": SEQUENCE_PROBE, "PairProbe": PAIR_PROBE,
             "HashProbe": HASH_PROBE, "ChunkProbe": CHUNK_PROBE, "TagProbe": TAG_PROBE,
             "LagProbe": probe_source(LAG_PROBE), "ByteLagProbe": probe_source(BYTE_LAG_PROBE),
-            "GapsProbe": GAPS_PROBE}
+            "GapsProbe": GAPS_PROBE, "TextProbe": TEXT_PROBE}
 
 
 @pytest.fixture(scope="module")
@@ -610,6 +677,15 @@ def test_chunks_are_put_together_as_the_java_consumer_does(probes: tuple[Path, s
         "dead/0 -", "next/0 -", "next/1 whole:n1n2@7:27", "dead2/0 -", "after/0 -", "after/1 whole:n1n2@7:30",
         "lost [dead, dead2, gap] pending [gap2] bytes 6",
     ]
+
+
+def test_the_engine_refuses_keys_and_properties_that_are_not_utf8_and_keeps_a_replacement_character_sent(
+        probes: tuple[Path, str]) -> None:
+    """A Go or C++ producer can store key or property bytes that are not UTF-8; the clients decode them as text, so
+    the engine's copy stored U+FFFD in their place and both hashes (from the decoded text) agreed (found by a review
+    on 2026-11-29). Such a message is refused now, unbatched and in a batch; a U+FFFD the producer itself sent, and
+    plain text, pass."""
+    assert run_probe(probes, "TextProbe", []).split("\n")[:4] == ["refused ok ok"] * 4
 
 
 def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(probes: tuple[Path, str]) -> None:
