@@ -72,3 +72,26 @@ def test_topic_grants_keep_their_domain() -> None:
     # to grant on there.
     loose = [(row.key, row.payload) for row in rows if row.kind == r.NON_PERSISTENT_TOPIC_PERMISSION]
     assert loose == [("ns/x|other", r.canonical(["produce"])), ("ns/x|reader", r.canonical(["consume", "produce"]))]
+
+
+def test_a_grant_on_one_partition_of_a_selected_topic_is_carried_to_that_partition() -> None:
+    """The broker honours a grant on a partition's own name: it was dropped (not a selected topic), and the role
+    was refused on that partition of the target."""
+    from pulsar_migration.metadata import resources as r
+    from pulsar_migration.metadata.inventory import NamespaceLayout, TenantLayout, TopicRef, layout_resources
+    from pulsar_migration.spec import MigrationSpec
+
+    spec = MigrationSpec.from_dict({
+        "tenant": "t", "source": "a", "target": "b", "topics": {"include": ["^ns/orders$", "^ns/plain$"]},
+        "clusters": {"a": {"admin_url": "http://a:1", "service_url": "pulsar://a:2"},
+                     "b": {"admin_url": "http://b:1", "service_url": "pulsar://b:2"}}})
+    policies = {"auth_policies": {"destination_auth": {
+        "persistent://t/ns/orders-partition-2": {"auditor": ["consume"]},
+        "persistent://t/ns/plain-partition-0": {"stray": ["consume"]},  # plain is not partitioned: a topic of its own
+        "persistent://t/ns/other-partition-0": {"x": ["consume"]},  # other is not selected
+    }}}
+    namespace = NamespaceLayout("ns", policies, [TopicRef("ns", "orders", True, False),
+                                                 TopicRef("ns", "plain", False, False)])
+    rows = layout_resources(TenantLayout({"adminRoles": []}, {"ns": namespace}), spec, r.TARGET, "a")
+    grants = [(row.key, row.payload) for row in rows if row.kind == r.TOPIC_PERMISSION]
+    assert grants == [(r.child_key("ns/orders-partition-2", "auditor"), r.canonical(["consume"]))]

@@ -226,16 +226,26 @@ def layout_resources(layout: TenantLayout, spec: MigrationSpec, side: str, own_c
             local = path.split("/", 1)[1]
             # Each domain its own kind: a non-persistent grant must not land on a same-named persistent topic.
             kind = {"persistent": r.TOPIC_PERMISSION, "non-persistent": r.NON_PERSISTENT_TOPIC_PERMISSION}.get(domain)
-            if kind is None or not spec.topics.selects(local):
+            # A grant on one partition of a selected partitioned topic is its own (the broker honours it on that
+            # name): carried to the same partition (it was dropped, the role refused there on the target).
+            owner = partition_owner(local, selected_topics) if kind == r.TOPIC_PERMISSION else None
+            if kind is None or not spec.topics.selects(owner or local):
                 continue
             # The topics synced: selected persistent ones, partitioned non-persistent ones (the others have no
             # metadata to create, and a grant needs its topic).
-            if (local not in selected_topics) if kind == r.TOPIC_PERMISSION else \
+            if (local not in selected_topics and owner is None) if kind == r.TOPIC_PERMISSION else \
                     local.split("/", 1)[1] not in ns_layout.non_persistent_partitions:
                 continue
             for role, actions in sorted(grants.items()):
                 rows.append(r.Resource.of(side, kind, r.child_key(local, role), ns, sorted(actions)))
     return rows
+
+
+def partition_owner(local: str, selected_topics: dict[str, TopicRef]) -> str | None:
+    """The selected partitioned topic `local` is a partition of (`ns/orders` for `ns/orders-partition-2`), or None."""
+    base, found, index = local.rpartition("-partition-")
+    owner = selected_topics.get(base) if found and index.isdigit() else None
+    return base if owner is not None and owner.partitioned else None
 
 
 def tenant_row(side: str, tenant: str, info: dict[str, Any] | None) -> r.Resource | None:
