@@ -56,4 +56,4 @@ with DAG(
     spec = switched_run_spec_task(PROJECT_ROOT, "rolling back")
     _, published = step_tasks("rollback_lookup", PROJECT_ROOT, upstream=spec)
     # The migration run's report again, so its page and Browse -> Pulsar migrations say it was rolled back.
-    report_task(upstream=published, of_migration_run=True)
+    report_task(upstream=published, of_migration_run=True, after_rollback=True)

@@ -201,16 +201,18 @@ def step_tasks(step: str, project_root: str | Path, upstream: Any, *, dry_run_un
     return submit, published
 
 
-def report_task(upstream: Any, *, of_migration_run: bool = False) -> XComArg:
+def report_task(upstream: Any, *, of_migration_run: bool = False, after_rollback: bool = False) -> XComArg:
     """`write_migration_report`: RUN_DIR/report.{json,md,html} from the steps' reports, whatever they did.
 
     Runs after every publish task (all_done), so a failed run gets its report too; then fails when the
     migration did, because as the DAG's last task its state decides the run's. XCom: the three locations
     and the verdict. `of_migration_run`: in a DAG acting on the migration run `migration_run_id` (the cleanup
     DAG), the report is that run's, written again after the step succeeded (all_success), so its report tab
-    shows the later step's outcome.
+    shows the later step's outcome. `after_rollback` (the rollback DAG, with `of_migration_run`): written whatever
+    the rollback did (a failed one is told in it), and failing when the rollback did, not for the migration's
+    verdict (a rollback moving the clients back after a failed switch is the rollback's success).
     """
-    rule = TriggerRule.ALL_SUCCESS if of_migration_run else TriggerRule.ALL_DONE
+    rule = TriggerRule.ALL_SUCCESS if of_migration_run and not after_rollback else TriggerRule.ALL_DONE
 
     @task(task_id=REPORT_TASK_ID, trigger_rule=rule, retries=0)
     def write_migration_report() -> dict[str, Any]:
@@ -230,7 +232,11 @@ def report_task(upstream: Any, *, of_migration_run: bool = False) -> XComArg:
         log.info("migration report (%s: %s): %s", summary["verdict"], summary["meaning"], written["html"])
         log.info("lost %d, duplicated %d; steps: %s", summary["lost"], summary["duplicated"],
                  ", ".join(f"{s['step']} {s['verdict']}" for s in summary["steps"]))
-        if summary["verdict"] == "failed":
+        if after_rollback:
+            rollback = [s for s in summary["steps"] if s["step"] == migration_report.ROLLBACK_STEP]
+            if not rollback or rollback[-1]["verdict"] not in ("ok", "planned"):
+                raise AirflowFailException(f"the rollback did not succeed (report: {written['html']})")
+        elif summary["verdict"] == "failed":
             failed = [s["step"] for s in summary["steps"] if s["verdict"] not in ("ok", "planned")]
             raise AirflowFailException(f"migration failed at {failed[0]} (report: {written['html']})")
         return {**written, "verdict": summary["verdict"], "meaning": summary["meaning"], "lost": summary["lost"],

@@ -88,15 +88,19 @@ def rolled_back_at(run_dir: str, source: str | None) -> str | None:
 
 def _outcome(spec: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], back_at: str | None) -> dict[str, str]:
     """The verdict and its meaning, from the migration's five steps; a rollback that switched the clients back
-    makes it "rolled_back", one that failed is told after (the migration's own verdict stands)."""
+    makes it "rolled_back" (a step failed before it is told after), one that failed is told after the migration's
+    own meaning (its verdict stands)."""
     migration = [s for s in steps if s["step"] in STEPS]
     found, said = verdict(migration), meaning(migration)
-    if back_at and found != "failed":
+    if back_at:  # whatever the migration's verdict: the clients are on the source again (a failed step is told)
+        bad = [s for s in migration if s["verdict"] not in ("ok", "planned")]
+        before = (f"; before it, {bad[0]['step']} {bad[0]['verdict']}" + (f": {bad[0]['error']}" if bad[0]["error"]
+                                                                          else "")) if bad else ""
         return {"verdict": ROLLED_BACK,
                 "meaning": f"rolled back: the tenant's clients were switched back to {spec.get('source')} at "
                            f"{back_at} (pulsar_tenant_rollback); the source is live again and {spec.get('target')} "
                            "keeps a copy; to migrate again, trigger pulsar_tenant_migration with Continue from run "
-                           "set to this run"}
+                           f"set to this run{before}"}
     rollback = next((s for s in steps if s["step"] == ROLLBACK_STEP), None)
     if rollback is not None and rollback["verdict"] not in ("ok", "planned"):
         said += f"; pulsar_tenant_rollback {rollback['verdict']}" + (f": {rollback['error']}" if rollback["error"]

@@ -295,8 +295,8 @@ public final class TextProbe {
                 SingleMessageMetadata parsed = new SingleMessageMetadata();
                 parsed.parseFrom(stored(single.toByteArray(), raw));
                 EntryCopy.checkText(parsed.hasPartitionKey() ? parsed.getPartitionKey() : null,
-                        parsed.getPropertiesList(), () -> new SingleMessageMetadata().copyFrom(parsed)
-                                .getSerializedSize() != parsed.getSerializedSize(), "m");
+                        parsed.getPropertiesList(), () -> !java.util.Arrays.equals(parsed.toByteArray(),
+                                new SingleMessageMetadata().copyFrom(parsed).toByteArray()), "m");
             } else {
                 MessageMetadata md = new MessageMetadata().setProducerName("p").setSequenceId(1).setPublishTime(1);
                 if (inProperty) {
@@ -307,8 +307,8 @@ public final class TextProbe {
                 MessageMetadata parsed = new MessageMetadata();
                 parsed.parseFrom(stored(md.toByteArray(), raw));
                 EntryCopy.checkText(parsed.hasPartitionKey() ? parsed.getPartitionKey() : null,
-                        parsed.getPropertiesList(), () -> new MessageMetadata().copyFrom(parsed).getSerializedSize()
-                                != parsed.getSerializedSize(), "m");
+                        parsed.getPropertiesList(), () -> !java.util.Arrays.equals(parsed.toByteArray(),
+                                new MessageMetadata().copyFrom(parsed).toByteArray()), "m");
             }
             return "ok";
         } catch (IllegalStateException e) {
@@ -318,12 +318,14 @@ public final class TextProbe {
 
     public static void main(String[] args) {
         byte[] invalid = {(byte) 0xff, 0x01, 0x41, 0x42};  // 0xff is never UTF-8
+        // A 4-byte sequence cut short: one U+FFFD of 3 bytes in its place, the same length (sizes cannot tell).
+        byte[] truncated = {(byte) 0xf0, (byte) 0x9f, (byte) 0x98, 0x31};
         byte[] replacement = "\uFFFD1".getBytes(StandardCharsets.UTF_8);  // 4 bytes: a U+FFFD the producer sent
         byte[] plain = "ABCD".getBytes(StandardCharsets.UTF_8);
         for (boolean batched : new boolean[] {false, true}) {
             for (boolean inProperty : new boolean[] {false, true}) {
                 System.out.println(check(invalid, inProperty, batched) + " " + check(replacement, inProperty, batched)
-                        + " " + check(plain, inProperty, batched));
+                        + " " + check(plain, inProperty, batched) + " " + check(truncated, inProperty, batched));
             }
         }
     }
@@ -685,7 +687,7 @@ def test_the_engine_refuses_keys_and_properties_that_are_not_utf8_and_keeps_a_re
     the engine's copy stored U+FFFD in their place and both hashes (from the decoded text) agreed (found by a review
     on 2026-11-29). Such a message is refused now, unbatched and in a batch; a U+FFFD the producer itself sent, and
     plain text, pass."""
-    assert run_probe(probes, "TextProbe", []).split("\n")[:4] == ["refused ok ok"] * 4
+    assert run_probe(probes, "TextProbe", []).split("\n")[:4] == ["refused ok ok refused"] * 4
 
 
 def test_the_engines_source_tags_parse_as_written_and_anything_else_is_no_tag(probes: tuple[Path, str]) -> None:

@@ -147,3 +147,15 @@ def test_a_failure_after_the_flip_is_cleared_not_triggered_again() -> None:
     steps[3] = {"step": "switch_lookup", "verdict": "not run", "error": None}
     steps[2] = {"step": "sync_progress", "verdict": "failed", "error": "lost 1"}
     assert "trigger the DAG again with the same parameters" in migration_report.meaning(steps)
+
+
+def test_a_rollback_after_a_failed_switch_is_rolled_back_and_tells_the_failure(run_dir: Path) -> None:
+    ids = {"tenant": "acme", "source": "a", "target": "b", "spec_hash": "h"}
+    failed = step_report("switch_lookup", "failed", error="probe failed", finished_at="2026-11-29T10:00:00Z",
+                         details={"route_after": "b"}, **ids)
+    (run_dir / "switch_lookup.json").write_text(json.dumps(failed))
+    back = step_report("rollback_lookup", finished_at="2026-11-29T11:00:00Z", details={"route_after": "a"}, **ids)
+    (run_dir / "rollback_lookup.json").write_text(json.dumps(back))
+    summary = migration_report.build(str(run_dir))
+    assert summary["verdict"] == "rolled_back", summary["meaning"]
+    assert summary["meaning"].endswith("set to this run; before it, switch_lookup failed: probe failed")

@@ -120,3 +120,15 @@ def test_what_follows_a_place_is_unknown_unless_a_reader_stopped_there() -> None
     assert only_undeliverable_after(admin, "t", p(1, 2), p(1, 4), reader_stopped=True)  # type: ignore[arg-type]
     complete = Unanswered({p(1, 3): ("whole", 3, 4)}, {p(1, 4)})  # a last chunk: delivered, so not undeliverable
     assert not only_undeliverable_after(complete, "t", p(1, 2), p(1, 4), reader_stopped=True)  # type: ignore[arg-type]
+
+
+def test_a_message_begun_before_the_range_that_a_rewound_reader_delivered_is_no_orphan() -> None:
+    p = Position
+    passed = SkippedEntries(p(1, 2), lambda: [])
+    passed.saw(p(1, 3))
+    passed.saw(p(1, 5), first_chunk=p(1, 1))  # begun at 1:1 (before the range), delivered at 1:5
+    passed.finish(p(1, 5))
+    admin = Headers({p(1, 4): ("early", 1, 3)})
+    assert undelivered_chunked(admin, "t", passed) is None  # type: ignore[arg-type]
+    assert undelivered_chunked(Headers(admin.chunks), "t", SkippedEntries(p(1, 2), lambda: [],  # not delivered
+                                                                          positions=[p(1, 4)])) is not None  # type: ignore[arg-type]

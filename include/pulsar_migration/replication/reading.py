@@ -32,7 +32,7 @@ class RestartGuide(Protocol):
     """Told every entry a reader took; tells where a reader starting again at a place must start instead
     (replication.skipped.RestartPoints)."""
 
-    def saw(self, position: Position, first_chunk: Position | None = None) -> None: ...
+    def saw(self, position: Position, first_chunk: Position | None = None, producer: str | None = None) -> None: ...
 
     def __call__(self, at: Position) -> Position: ...
 
@@ -244,7 +244,7 @@ def read_range(client: Any, topic: str, after: Position | None, until: Position 
                 return
             taken = position
             if gaps is not None and gaps.guide is not None:
-                gaps.guide.saw(position, info.first_chunk)
+                gaps.guide.saw(position, info.first_chunk, message.producer_name())
             if message._message.encryption_context() is not None:
                 raise ReadError(encrypted_line(where, position))
             yield message, info

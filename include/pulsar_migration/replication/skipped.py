@@ -13,6 +13,7 @@ earlier chunks, transaction markers, aborted messages.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 from collections.abc import Callable
@@ -90,57 +91,78 @@ class RestartPoints:
     chunks put that first chunk before the last entry taken). `passed`, fed with every entry taken, gives the
     entries passed over; those outside every delivered chunked message's span are looked up in order (once each,
     only when a reader starts again, up to the first found): the earliest first chunk among them, or one the broker
-    does not show (a compressed chunk, each a 5 s wait once), is where the reader starts. A message whose first
-    chunk lies inside another delivered message's span is not seen here (undelivered_chunked names it after the
-    read)."""
+    does not show (a compressed chunk, each a 5 s wait once), is where the reader starts. A first chunk whose
+    producer had a later message taken since is not waited for: a producer stores a message's chunks before its
+    next message, so that one never completes (a producer killed inside it), and every restart went back to it.
+    A message whose first chunk lies inside another delivered message's span is not seen here (undelivered_chunked
+    names it after the read)."""
 
     admin: PulsarAdmin
     topic: str
     passed: SkippedEntries
     _pending: list[Position] = field(default_factory=list)  # passed over, not ruled out as a first chunk
     _seen: int = 0  # how many of passed.positions were looked at
-    _firsts: dict[Position, bool] = field(default_factory=dict)
+    _firsts: dict[Position, tuple[bool, str | None]] = field(default_factory=dict)  # (may be one, its producer)
+    _latest_by_producer: dict[str, Position] = field(default_factory=dict)  # the last entry taken of each
 
-    def saw(self, position: Position, first_chunk: Position | None = None) -> None:
+    def saw(self, position: Position, first_chunk: Position | None = None, producer: str | None = None) -> None:
         self.passed.saw(position, first_chunk)
+        if producer:
+            self._latest_by_producer[producer] = position
 
     def __call__(self, at: Position) -> Position:
         positions = self.passed.positions
         self._pending += positions[self._seen:]
         self._seen = len(positions)
+        in_span = self._span_test()
         kept: list[Position] = []
         earliest = at
         for i, position in enumerate(self._pending):
             if earliest != at or position >= at:
                 kept += self._pending[i:]  # looked at by a later call: in order, the first found is the earliest
                 break
-            if self._in_delivered_span(position):
+            if in_span(position):
                 continue
-            if self._may_be_first_chunk(position):
-                kept.append(position)
-                earliest = position
+            first, producer = self._first_chunk(position)
+            if not first or (producer is not None and self._latest_by_producer.get(producer, position) > position):
+                continue
+            kept.append(position)
+            earliest = position
         self._pending = kept
         if earliest != at:
             log.info("%s: starting the reader again at %s, before %s: a chunked message begun there is not "
                      "delivered yet", self.topic, earliest, at)
         return earliest
 
-    def _in_delivered_span(self, position: Position) -> bool:
-        # Delivered at their last chunks, in order: only the latest spans can reach past `position`.
-        for first, last in reversed(self.passed.chunk_spans):
-            if last <= position:
-                return False
-            if first <= position:
-                return True
-        return False
+    def _span_test(self) -> Callable[[Position], bool]:
+        """Whether a position lies in a delivered chunked message's span (its first chunk up to its last). Spans
+        come in order of their last chunks (delivered there): the ones reaching past a position are a suffix, found
+        by bisection, whose least first chunk tells (a walk back over the spans per position took minutes past a
+        few thousand chunked messages)."""
+        spans = self.passed.chunk_spans
+        lasts = [last for _, last in spans]
+        least: list[Position] = []
+        for first, _ in reversed(spans):
+            least.append(first if not least or first < least[-1] else least[-1])
+        least.reverse()
 
-    def _may_be_first_chunk(self, position: Position) -> bool:
+        def test(position: Position) -> bool:
+            i = bisect.bisect_right(lasts, position)
+            return i < len(spans) and least[i] <= position
+
+        return test
+
+    def _first_chunk(self, position: Position) -> tuple[bool, str | None]:
+        """Whether the entry may be a message's first chunk, and its producer where that one is told apart (none
+        for a replicated entry: a producer of the same name in another cluster is another one)."""
         if position not in self._firsts:
             try:
-                chunks, chunk = chunk_fields(self.admin.entry_headers(self.topic, position.ledger, position.entry))
-                self._firsts[position] = chunks > 1 and chunk == 0
+                headers = self.admin.entry_headers(self.topic, position.ledger, position.entry)
+                chunks, chunk = chunk_fields(headers)
+                producer = None if "X-Pulsar-replicated-from" in headers else headers.get("X-Pulsar-producer-name")
+                self._firsts[position] = (chunks > 1 and chunk == 0, producer)
             except EntryUnanswered:
-                self._firsts[position] = True  # a compressed chunk: it may be a first one
+                self._firsts[position] = (True, None)  # a compressed chunk: it may be a first one
         return self._firsts[position]
 
 
@@ -206,7 +228,11 @@ def undelivered_chunked(admin: PulsarAdmin, topic: str, skipped: SkippedEntries,
             lasts.add(uuid)
     found: list[Undelivered] = []
     if begun_before:
-        found += [Undelivered(uuid, position) for uuid, position in later.items() if uuid not in firsts]
+        # A reader started again at a message's first chunk before the range delivered that message: its chunks in
+        # the range are its own, not an orphan's.
+        early = [(first, last) for first, last in skipped.chunk_spans if first <= skipped.after]
+        found += [Undelivered(uuid, position) for uuid, position in later.items()
+                  if uuid not in firsts and not any(first <= position < last for first, last in early)]
     if restarted:
         # A last chunk passed over whose message began in the range; one stored again (a producer's resend) is
         # passed over beside a delivered copy, which starts at the same first chunk.

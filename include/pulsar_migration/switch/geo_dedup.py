@@ -25,6 +25,7 @@ entry a snapshot hid is still refused (the switch rolls back; a retry after more
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -32,9 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pulsar_migration import rundir
-from pulsar_migration.admin import PulsarAdmin
+from pulsar_migration.admin import EntryUnanswered, PulsarAdmin
 from pulsar_migration.positions import Position
 from pulsar_migration.replication.reading import read_range
+from pulsar_migration.replication.skipped import SkippedEntries, ledger_entries
 from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
@@ -101,14 +103,42 @@ def record_marks(run_dir: str, marks: dict[str, Position | None]) -> None:
                                                         indent=1))
 
 
-def producers_since(cluster: ClusterSpec, topic: str, mark: Position | None) -> set[str]:
+PASSED_LOOKUPS = 1_000  # entries a reader passed over looked up at most per partition, else every producer counts
+
+
+def producers_since(cluster: ClusterSpec, admin: PulsarAdmin, topic: str, mark: Position | None) -> set[str] | None:
     """The producer names on the source entries after `mark` (from the first for None), read to the partition's end
-    (fenced: it does not move)."""
+    (fenced: it does not move). The reader does not deliver a chunked message whose first chunk lies before the mark
+    (the client drops it), nor chunks of one not finished: the entries it passed over are looked up for their
+    producers. None when they cannot all be told (more than PASSED_LOOKUPS, or one the broker does not show): then
+    every producer of the partition is judged."""
+    end = admin.last_entry(topic)
+    if end is None or (mark is not None and mark >= end):
+        return set()
+    start = mark
+    if start is None:
+        stored = [ledger for ledger, entries in ledger_entries(admin, topic) if entries > 0]
+        start = Position(stored[0], -1) if stored else Position(end.ledger, -1)
+    passed = SkippedEntries(start, functools.partial(ledger_entries, admin, topic))
+    names: set[str] = set()
     client = cluster.pulsar_client(operation_timeout_seconds=30)
     try:
-        return {str(message.producer_name()) for message, _ in read_range(client, topic, mark, cluster=cluster.name)}
+        for message, info in read_range(client, topic, mark, end, cluster=cluster.name):
+            names.add(str(message.producer_name()))
+            passed.saw(info.position, info.first_chunk)
     finally:
         client.close()
+    passed.finish(end)
+    if passed.too_many or len(passed.positions) > PASSED_LOOKUPS:
+        return None
+    for position in passed.positions:
+        try:
+            headers = admin.entry_headers(topic, position.ledger, position.entry)
+        except EntryUnanswered:
+            return None
+        if headers.get("X-Pulsar-producer-name"):
+            names.add(headers["X-Pulsar-producer-name"])
+    return names
 
 
 def last_sequence_ids(cluster: ClusterSpec, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -141,7 +171,8 @@ def reload_with_dedup(admin: PulsarAdmin, partitions: list[str]) -> None:
 
 
 def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[str, list[str]],
-                 marks: dict[str, Position | None] | None = None) -> dict[str, Any]:
+                 marks: dict[str, Position | None] | None = None,
+                 src_admin: PulsarAdmin | None = None) -> dict[str, Any]:
     """Reloads the target partitions that had producers at the fence and proves their dedup now knows each
     producer's last sequence id at least as far as the source's does, for every producer that stored entries on
     the source since `marks` (source_marks; every producer of a partition without one). Returns what it checked;
@@ -158,9 +189,12 @@ def teach_target(spec: MigrationSpec, tgt_admin: PulsarAdmin, producers: dict[st
     behind = [(topic, name, source[(topic, name)], target[(topic, name)]) for topic, name in pairs
               if target[(topic, name)] < source[(topic, name)]]
     idle = []
-    if behind and marks is not None:
-        sent = {topic: producers_since(spec.source_cluster, topic, marks[topic])
-                for topic in sorted({topic for topic, *_ in behind}) if topic in marks}
+    if behind and marks is not None and src_admin is not None:
+        topics = sorted({topic for topic, *_ in behind if topic in marks})
+        with ThreadPoolExecutor(max(1, min(len(topics), PROBE_THREADS))) as pool:  # clients are held meanwhile
+            found = pool.map(lambda topic: producers_since(spec.source_cluster, src_admin, topic, marks[topic]),
+                             topics)
+            sent = {topic: names for topic, names in zip(topics, found, strict=True) if names is not None}
         idle = [b for b in behind if b[0] in sent and b[1] not in sent[b[0]]]
         if idle:
             log.info("%d producer(s) the target's dedup knows less of stored nothing on the source since the mark "

@@ -315,7 +315,7 @@ def cutover(ctx: StepContext, lookup: LookupAdmin, src_admin: PulsarAdmin, tgt_a
                                                          engine_process=engine_process)
         if geo:
             with phases("target_dedup"):
-                report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers, marks)
+                report.details["target_dedup"] = teach_target(spec, tgt_admin, fenced_producers, marks, src_admin)
         with phases("final_progress"):
             report.details["final_progress"] = sub_step(ctx, "sync_progress", in_driver=True, snapshot=snapshot)
         with phases("quiet_check"):

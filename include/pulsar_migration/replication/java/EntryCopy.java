@@ -830,10 +830,10 @@ public final class EntryCopy {
     }
 
     void copy(PulsarClientImpl src, PulsarClient tgt) throws Exception {
+        readTo = after;  // nothing to read (the range ends at or before it) reads up to it
         if (upper == null || (after != null && compare(after[0], after[1], upper[0], upper[1]) >= 0)) {
             return;
         }
-        readTo = after;
         long[] from = copyCompacted(src, tgt);
         Gaps gaps = ledgers == null ? null : new Gaps(ledgers, gapTolerance);
         try {
@@ -1420,7 +1420,7 @@ public final class EntryCopy {
             }
             MessageMetadata whole = new MessageMetadata().copyFrom(md);
             checkText(md.hasPartitionKey() ? md.getPartitionKey() : null, md.getPropertiesList(),
-                    () -> whole.getSerializedSize() != md.getSerializedSize(),
+                    () -> !java.util.Arrays.equals(md.toByteArray(), whole.toByteArray()),
                     "the chunked message " + uuid + " (its last chunk " + raw.ledger() + ":" + raw.entry() + ")");
             whole.clearUuid();
             whole.clearChunkId();
@@ -1601,8 +1601,9 @@ public final class EntryCopy {
                     source.add(single, message, hashedVersion);
                     SingleMessageMetadata parsed = single;
                     checkText(single.hasPartitionKey() ? single.getPartitionKey() : null, single.getPropertiesList(),
-                            () -> new SingleMessageMetadata().copyFrom(parsed).getSerializedSize()
-                                    != parsed.getSerializedSize(), pos + ":" + i + " of " + topic);
+                            () -> !java.util.Arrays.equals(parsed.toByteArray(),
+                                    new SingleMessageMetadata().copyFrom(parsed).toByteArray()),
+                            pos + ":" + i + " of " + topic);
                     if (sendIt) {
                         dropOwnProperties(single.getPropertiesList(), single::clearProperties, single::addProperty);
                         single.addProperty().setKey(SOURCE_TAG).setValue(tagPrefix + i + tagSuffix);
@@ -1619,7 +1620,8 @@ public final class EntryCopy {
             source.add(md, payload, hashedVersion);
             if (firstChunk == null) {  // a chunked message's text was checked on its raw chunk (Chunks.take)
                 checkText(md.hasPartitionKey() ? md.getPartitionKey() : null, md.getPropertiesList(),
-                        () -> new MessageMetadata().copyFrom(md).getSerializedSize() != md.getSerializedSize(),
+                        () -> !java.util.Arrays.equals(md.toByteArray(),
+                                new MessageMetadata().copyFrom(md).toByteArray()),
                         pos + " of " + topic);
             }
             if (sendIt) {
@@ -1761,8 +1763,9 @@ public final class EntryCopy {
      * Refuses a message whose key or properties hold bytes that are not UTF-8 (a Go or C++ producer can store such
      * bytes). The client decodes them as text, so a copy would store U+FFFD in their place and both hashes, taken from
      * the decoded text, would agree: the message changed with verdict ok (found by a review on 2026-11-29). Told by a
-     * replacement character in the decoded text whose re-encoding (`reencodedDiffers`: the metadata copied, sized
-     * against the stored one) is not the stored length; a U+FFFD the producer sent is left alone.
+     * replacement character in the decoded text where the metadata re-encoded from it is not the stored bytes
+     * (`reencodedDiffers`: LightProto writes a parsed field's stored bytes; its copy, the decoded text's; a
+     * replacement can keep the length, so bytes, not sizes); a U+FFFD the producer sent is left alone.
      */
     static void checkText(String key, List<KeyValue> properties, java.util.function.BooleanSupplier reencodedDiffers,
                           String what) {
