@@ -72,18 +72,18 @@ def retention_before_quota(policies: dict[str, Any], retention: str, quota: str,
     retention in force when it is set (412 "Backlog Quota exceeds configured retention quota"), so a quota raised
     with its retention was refused on every run (sorted by name, the quota came first). Where the retention is
     refused instead (412: the target's quota now exceeds the smaller retention), the quota goes first."""
-    pending = dict(sorted(policies.items(), key=lambda item: item[0] == quota))
-    for name, value in list(pending.items()):
-        if name not in pending:
+    quota_set = False
+    for name, value in sorted(policies.items(), key=lambda item: item[0] == quota):
+        if name == quota and quota_set:
             continue
         try:
             set_one(name, value)
         except AdminError as exc:
-            if name != retention or quota not in pending or exc.status != PRECONDITION_FAILED:
+            if name != retention or quota not in policies or exc.status != PRECONDITION_FAILED:
                 raise
-            set_one(quota, pending.pop(quota))
+            set_one(quota, policies[quota])
+            quota_set = True
             set_one(name, value)
-        pending.pop(name, None)
 
 
 class ChangeApplier:

@@ -46,6 +46,7 @@ from pulsar_migration.replication.reading import EntryGaps, ReadError, chunk_fie
 from pulsar_migration.replication.sending import EntrySender, SendError, raw_schema
 from pulsar_migration.replication.skipped import (
     SkippedEntries,
+    before_first_entry,
     check_chunked_delivered,
     guide_restarts,
     ledger_entries,
@@ -1092,8 +1093,7 @@ def passed_entries(task: PartitionTask, gaps: EntryGaps | None) -> SkippedEntrie
     src_admin, topic = task.src_admin, task.job.topic
     after = task.map_source
     if after is None and gaps is not None:
-        stored = [ledger for ledger, entries in gaps.ledgers if entries > 0]
-        after = Position(stored[0], -1) if stored else None
+        after = before_first_entry(gaps.ledgers)
     if after is None:
         return None
     if gaps is not None:

@@ -52,6 +52,24 @@ class SkippedEntries:
             self._pass_over(last, position)
             self._last = position
 
+    def in_delivered_span(self) -> Callable[[Position], bool]:
+        """A test of whether a position lies in a delivered chunked message's span (its first chunk up to, not
+        including, its last). Spans come in order of their last chunks (delivered there): the ones reaching past a
+        position are a suffix, found by bisection, whose least first chunk tells (a walk over the spans per position
+        took minutes past a few thousand chunked messages)."""
+        spans = self.chunk_spans
+        lasts = [last for _, last in spans]
+        least: list[Position] = []
+        for first, _ in reversed(spans):
+            least.append(first if not least or first < least[-1] else least[-1])
+        least.reverse()
+
+        def test(position: Position) -> bool:
+            i = bisect.bisect_right(lasts, position)
+            return i < len(spans) and least[i] <= position
+
+        return test
+
     def finish(self, upper: Position) -> None:
         """The range ends at `upper` (inclusive): what lies after the last delivered entry was passed over too."""
         last = self._last or self.after
@@ -114,7 +132,7 @@ class RestartPoints:
         positions = self.passed.positions
         self._pending += positions[self._seen:]
         self._seen = len(positions)
-        in_span = self._span_test()
+        in_span = self.passed.in_delivered_span()
         kept: list[Position] = []
         earliest = at
         for i, position in enumerate(self._pending):
@@ -133,24 +151,6 @@ class RestartPoints:
             log.info("%s: starting the reader again at %s, before %s: a chunked message begun there is not "
                      "delivered yet", self.topic, earliest, at)
         return earliest
-
-    def _span_test(self) -> Callable[[Position], bool]:
-        """Whether a position lies in a delivered chunked message's span (its first chunk up to its last). Spans
-        come in order of their last chunks (delivered there): the ones reaching past a position are a suffix, found
-        by bisection, whose least first chunk tells (a walk back over the spans per position took minutes past a
-        few thousand chunked messages)."""
-        spans = self.passed.chunk_spans
-        lasts = [last for _, last in spans]
-        least: list[Position] = []
-        for first, _ in reversed(spans):
-            least.append(first if not least or first < least[-1] else least[-1])
-        least.reverse()
-
-        def test(position: Position) -> bool:
-            i = bisect.bisect_right(lasts, position)
-            return i < len(spans) and least[i] <= position
-
-        return test
 
     def _first_chunk(self, position: Position) -> tuple[bool, str | None]:
         """Whether the entry may be a message's first chunk, and its producer where that one is told apart (none
@@ -172,6 +172,13 @@ def guide_restarts(admin: PulsarAdmin, topic: str, gaps: EntryGaps, after: Posit
     passed = SkippedEntries(after, functools.partial(ledger_entries, admin, topic))
     gaps.guide = RestartPoints(admin, topic, passed)
     return passed
+
+
+def before_first_entry(ledgers: list[tuple[int, int]]) -> Position | None:
+    """The place before a partition's first stored entry (a SkippedEntries start for a range read from its
+    beginning), from its (ledger, entry count) list; None when no ledger holds an entry."""
+    stored = [ledger for ledger, entries in ledgers if entries > 0]
+    return Position(stored[0], -1) if stored else None
 
 
 def ledger_entries(admin: PulsarAdmin, topic: str) -> list[tuple[int, int]]:
@@ -207,13 +214,14 @@ def undelivered_chunked(admin: PulsarAdmin, topic: str, skipped: SkippedEntries,
     later: dict[str, Position] = {}
     lasts: set[str] = set()
     untold: EntryUnanswered | None = None
+    in_span = skipped.in_delivered_span()
     for position in skipped.positions:
         try:
             headers = admin.entry_headers(topic, position.ledger, position.entry)
         except EntryUnanswered as exc:
             # A compressed chunk (the broker does not show one): a delivered message's own, in its span; else
             # a message's that began before the range or was dropped cannot be ruled out.
-            if not any(first <= position < last for first, last in skipped.chunk_spans):
+            if not in_span(position):
                 untold = untold or exc
             continue
         chunks, chunk = chunk_fields(headers)

@@ -36,7 +36,7 @@ from pulsar_migration import rundir
 from pulsar_migration.admin import EntryUnanswered, PulsarAdmin
 from pulsar_migration.positions import Position
 from pulsar_migration.replication.reading import read_range
-from pulsar_migration.replication.skipped import SkippedEntries, ledger_entries
+from pulsar_migration.replication.skipped import SkippedEntries, before_first_entry, ledger_entries
 from pulsar_migration.replication.step import wait_deduplicating
 from pulsar_migration.spec import ClusterSpec, MigrationSpec
 from pulsar_migration.stepjob import StepFailed
@@ -115,10 +115,7 @@ def producers_since(cluster: ClusterSpec, admin: PulsarAdmin, topic: str, mark: 
     end = admin.last_entry(topic)
     if end is None or (mark is not None and mark >= end):
         return set()
-    start = mark
-    if start is None:
-        stored = [ledger for ledger, entries in ledger_entries(admin, topic) if entries > 0]
-        start = Position(stored[0], -1) if stored else Position(end.ledger, -1)
+    start = mark or before_first_entry(ledger_entries(admin, topic)) or Position(end.ledger, -1)
     passed = SkippedEntries(start, functools.partial(ledger_entries, admin, topic))
     names: set[str] = set()
     client = cluster.pulsar_client(operation_timeout_seconds=30)
