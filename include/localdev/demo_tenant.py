@@ -1,7 +1,8 @@
 """A realistic demo tenant, built through the raw admin API (used by `make demo` and the tests).
 
 3 namespaces with non-default policies; partitioned (1, 3, 8) and non-partitioned topics; subscriptions
-(some with properties); namespace, subscription and topic grants; Avro and JSON schemas; topic policies.
+(some with properties); namespace, subscription and topic grants; Avro and JSON schemas; topic policies and
+properties.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ JSON_EVENT = json.dumps({"type": "record", "name": "Event",
 def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> dict[str, Any]:
     """3 namespaces with non-default policies; partitioned (1, 3, 8) and non-partitioned topics;
     subscriptions (one with properties); namespace, subscription and topic grants; Avro and JSON schemas;
-    topic-level policies. Returns what was built."""
+    topic-level policies; topic properties. Returns what was built."""
     admin.put(f"/tenants/{tenant}", {"adminRoles": ["tenant-admin"], "allowedClusters": clusters})
     ns_policies = {
         "orders": {"retention": {"retentionTimeInMinutes": 1440, "retentionSizeInMB": 2048}, "ttl": 3600,
@@ -87,6 +88,9 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
         admin.post(f"/schemas/{tenant}/orders/created/schema",
                    {"type": "AVRO", "schema": version, "properties": {"owner": "payments"}})
     admin.post(f"/schemas/{tenant}/audit/trail/schema", {"type": "JSON", "schema": JSON_EVENT, "properties": {}})
+    # Topic properties: a partitioned topic's live in its partitioned metadata, a non-partitioned one's in its ledger.
+    admin.put(f"/persistent/{tenant}/orders/created/properties", {"owner": "payments", "pii": "no"})
+    admin.put(f"/persistent/{tenant}/orders/dlq/properties", {"replay-with": "replayer"})
     admin.post(f"/persistent/{tenant}/orders/dlq/messageTTL", params={"messageTTL": 120})
     admin.post(f"/persistent/{tenant}/billing/invoices/maxProducers", 4)
     return {"topics": topics, "subscriptions": subscriptions, "namespaces": sorted(ns_policies)}

@@ -56,6 +56,7 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
                 "schemas": schemas,
                 "messageTTL": admin.get(f"{path}/messageTTL", params={"applied": "false"}),
                 "maxProducers": admin.get(f"{path}/maxProducers", params={"applied": "false"}),
+                "properties": admin.get(f"{path}/properties"),
             }
         snap["namespaces"][ns] = ns_snap
     return snap

@@ -57,6 +57,8 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert [(v[0], v[1]) for v in created_schemas] == [(0, "AVRO"), (1, "AVRO")]  # same history, same numbers
     assert [v[1] for v in target["namespaces"]["audit"]["topics"]["trail"]["schemas"]] == ["JSON"]
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
+    assert target["namespaces"]["orders"]["topics"]["created"]["properties"] == {"owner": "payments", "pii": "no"}
+    assert target["namespaces"]["orders"]["topics"]["dlq"]["properties"] == {"replay-with": "replayer"}
     # Both sides now allow both clusters (the source first: Pulsar requires it before replication).
     for admin in (admin_a, admin_b):
         assert set(admin.get(f"/tenants/{tenant}")["allowedClusters"]) == {cluster_a.name, cluster_b.name}
@@ -64,9 +66,10 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert first["verdict"] == "ok"
     # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 1 partitioned
     # non-persistent topic + 3 topic grants (one on the non-persistent topic) + 2 topic-policy sets + 2 schemas +
-    # 5 subscriptions; the source tenant gains cluster-b (UPDATE).
-    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (27, 1)
-    assert first["counts"]["applied"] == 28 and first["counts"]["apply_failed"] == 0
+    # 5 subscriptions + 2 topics' properties; the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (29, 1)
+    assert first["counts"]["topic_properties.CREATE"] == 2
+    assert first["counts"]["applied"] == 30 and first["counts"]["apply_failed"] == 0
     assert target["namespaces"]["audit"]["non_persistent_partitions"] == {"live-metrics": 2}
     assert admin_b.get(f"/namespaces/{tenant}/audit")["auth_policies"]["destination_auth"][
         f"non-persistent://{tenant}/audit/live-metrics"] == {"dashboards": ["consume"]}
@@ -233,9 +236,10 @@ def test_verification_detects_a_target_that_drifted(
     build_rich_tenant(admin_a, tenant, [cluster_a.name])
     spec_path = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
     assert sync(spec_path, tmp_path / "run") == 0
-    # Drift after a verified sync: a subscription disappears, a namespace policy changes.
+    # Drift after a verified sync: a subscription disappears, a namespace policy changes, a topic property too.
     admin_b.delete(f"/persistent/{tenant}/orders/dlq/subscription/replayer")
     admin_b.post(f"/namespaces/{tenant}/billing/messageTTL", 1)
+    admin_b.put(f"/persistent/{tenant}/orders/created/properties", {"pii": "yes"})
 
     spec = MigrationSpec.load(str(spec_path))
     ctx = StepContext(STEP, spec, str(tmp_path / "verify"), False, None, StepReport.start(STEP, spec))
@@ -244,7 +248,7 @@ def test_verification_detects_a_target_that_drifted(
     try:
         desired = desired_state(spark, spec, read_layout(clusters.source, spec, must_exist=True), 4)
         topics = {row.key for row in desired.filter("kind = 'topic'").collect()}
-        with pytest.raises(StepFailed, match=r"verification failed: 2 resource\(s\) differ .*2 change\(s\) still"):
+        with pytest.raises(StepFailed, match=r"verification failed: 3 resource\(s\) differ .*3 change\(s\) still"):
             step._verify(ctx, clusters, desired, topics, set(), 4)
     finally:
         clusters.close()

@@ -135,6 +135,20 @@ def test_merged_maps_need_only_the_desired_keys() -> None:
     assert topic.action == NOOP
 
 
+def test_topic_properties_send_only_what_differs_and_keep_the_targets_own() -> None:
+    """The broker merges a topic's properties key by key: keys only on the target stay, the change holds only the
+    differing ones, and the verification sees the desired keys only."""
+    desired = j({"properties": {"owner": "payments", "pii": "no"}})
+    assert decide(r.TOPIC_PROPERTIES, desired, None).action == CREATE
+    assert decide(r.TOPIC_PROPERTIES, desired, j({"properties": {"owner": "payments", "pii": "no", "x": "1"}})).action \
+        == NOOP
+    drifted = decide(r.TOPIC_PROPERTIES, desired, j({"properties": {"owner": "payments", "pii": "yes", "x": "1"}}))
+    assert (drifted.action, drifted.reason) == (UPDATE, "properties differ in pii")
+    assert json.loads(drifted.change or "") == {"properties": {"pii": "no"}}
+    assert project_actual(r.TOPIC_PROPERTIES, desired, j({"properties": {"owner": "payments", "pii": "no",
+                                                                          "x": "1"}})) == desired
+
+
 def test_cluster_keyed_rate_maps_move_to_the_target_name() -> None:
     rate = {"dispatchThrottlingRateInMsg": 10}
     kept = namespace_policies({"topicDispatchRate": {"a": rate, "other": {"x": 1}}, "message_ttl_in_seconds": 5,
@@ -181,6 +195,7 @@ def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) ->
         (r.TARGET, r.TOPIC, "ns/t", "ns", j({"partitions": 2})),
         (r.TARGET, r.SUBSCRIPTION, "ns/t|s", "ns", j({"properties": {}})),
         (r.TARGET, r.SCHEMA, "ns/t", "ns", j({"versions": [V0]})),
+        (r.TARGET, r.TOPIC_PROPERTIES, "ns/t", "ns", j({"properties": {"owner": "a"}})),
         (r.TARGET, r.TOPIC, "ns/ok", "ns", j({"partitions": 0})),
         (r.TARGET, r.SUBSCRIPTION, "ns/ok|s", "ns", j({"properties": {}})),
     ]
@@ -197,10 +212,11 @@ def test_plan_join_blocks_children_of_conflicting_topics(spark: SparkSession) ->
                                                               "than the source (2); never shrunk")
     assert got[(r.SUBSCRIPTION, "ns/t|s")][2] is None
     assert got[(r.SCHEMA, "ns/t")][0] == CONFLICT
+    assert got[(r.TOPIC_PROPERTIES, "ns/t")][0] == CONFLICT
     assert got[(r.TOPIC, "ns/ok")][0] == CREATE and got[(r.SUBSCRIPTION, "ns/ok|s")][0] == CREATE
     assert got[(r.TOPIC, "ns/only-here")][0] == NOOP
     counts = plan_counts(plan)
-    assert (counts[CONFLICT], counts[CREATE], counts[NOOP], counts[UPDATE]) == (3, 2, 1, 0)
+    assert (counts[CONFLICT], counts[CREATE], counts[NOOP], counts[UPDATE]) == (4, 2, 1, 0)
     assert counts["topic.CONFLICT"] == 1
 
 

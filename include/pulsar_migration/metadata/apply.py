@@ -207,6 +207,10 @@ class ChangeApplier:
 
         retention_before_quota(policies, "retention", "backlogQuotaMap", set_one)
 
+    def _apply_topic_properties(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
+        # Merged into the topic's properties by the broker (a partitioned topic's land in its partitioned metadata).
+        admin.put(f"{self._topic_path(c.key)}/properties", body["properties"])
+
     def _apply_schema(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         ns, topic = c.key.split("/", 1)
         # In order: each post becomes the next version, under the namespace's compatibility strategy. A version the

@@ -263,8 +263,12 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     """Topic (partition count), durable subscriptions, schema history and topic policies of one topic."""
     base = f"/persistent/{seg(tenant)}/{seg(ref.namespace)}/{seg(ref.topic)}"
     rows: list[r.Resource] = []
-    partitions = admin.get(f"{base}/partitions")["partitions"] if ref.partitioned else 0
+    metadata = admin.get(f"{base}/partitions") if ref.partitioned else {}
+    partitions = metadata.get("partitions", 0)
     rows.append(r.Resource.of(side, r.TOPIC, ref.local, ref.namespace, {"partitions": partitions}))
+    properties = metadata.get("properties") if ref.partitioned else own_topic_properties(admin, base)
+    if properties:
+        rows.append(r.Resource.of(side, r.TOPIC_PROPERTIES, ref.local, ref.namespace, {"properties": properties}))
     try:
         subscriptions = partitioned_subscriptions(admin, tenant, ref, partitions) if ref.partitioned else \
             admin.get(f"{base}/stats").get("subscriptions") or {}
@@ -297,6 +301,14 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
         if policies:
             rows.append(r.Resource.of(side, r.TOPIC_POLICIES, ref.local, ref.namespace, policies))
     return rows
+
+
+def own_topic_properties(admin: PulsarAdmin, base: str) -> dict[str, str]:
+    """A non-partitioned topic's properties (kept in its managed ledger); {} where it does not exist."""
+    try:
+        return admin.get(f"{base}/properties") or {}
+    except NotFound:
+        return {}
 
 
 def partitioned_subscriptions(admin: PulsarAdmin, tenant: str, ref: TopicRef, partitions: int) -> dict[str, Any]:

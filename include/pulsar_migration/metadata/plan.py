@@ -72,6 +72,8 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
         return _decide_fields(desired, actual)
     if kind == r.SUBSCRIPTION:
         return _decide_subscription(desired["properties"], actual["properties"])
+    if kind == r.TOPIC_PROPERTIES:
+        return _decide_topic_properties(desired["properties"], actual["properties"])
     if kind == r.NAMESPACE:
         decision = _decide_fields(desired["policies"], actual["policies"])
         if decision.action == UPDATE:
@@ -134,6 +136,15 @@ def _decide_subscription(want: dict[str, str], have: dict[str, str]) -> Decision
                     r.canonical({"properties": {**have, **want}}))
 
 
+def _decide_topic_properties(want: dict[str, str], have: dict[str, str]) -> Decision:
+    differing = {k: v for k, v in want.items() if have.get(k) != v}
+    if not differing:
+        return Decision(NOOP, "present")
+    # The broker merges key by key: only what differs is sent; keys only on the target stay.
+    return Decision(UPDATE, f"properties differ in {', '.join(sorted(differing))}",
+                    r.canonical({"properties": differing}))
+
+
 def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
     missing = {
         field: sorted(set(desired.get(field, [])) - set(actual.get(field, [])))
@@ -191,10 +202,9 @@ def plan_metadata(desired: DataFrame, actual: DataFrame) -> DataFrame:
     conflicting_topics = decided.filter((F.col("kind") == r.TOPIC) & (F.col("action") == CONFLICT)).select(
         F.col("key").alias("conflict_topic"), F.col("reason").alias("conflict_reason")
     )
-    topic_of_row = F.when(F.col("kind") == r.TOPIC_POLICIES, F.col("key")).when(
-        F.col("kind") == r.SCHEMA, F.col("key")
-    ).otherwise(F.regexp_replace(F.regexp_replace(F.split(F.col("key"), r"\|").getItem(0), "%7C", "|"),
-                                 "%25", "%"))  # as resources.child_parent
+    topic_of_row = F.when(F.col("kind").isin(*sorted(r.TOPIC_KEYED_KINDS)), F.col("key")).otherwise(
+        F.regexp_replace(F.regexp_replace(F.split(F.col("key"), r"\|").getItem(0), "%7C", "|"), "%25", "%")
+    )  # as resources.child_parent
     with_topic = decided.withColumn("topic_of_row", topic_of_row)
     blocked = (F.col("kind").isin(*sorted(r.TOPIC_CHILD_KINDS))) & F.col("conflict_topic").isNotNull() & (
         F.col("action").isin(*CHANGING_ACTIONS)

@@ -30,6 +30,10 @@ TOPIC_PERMISSION = "topic_permission"
 # grant never lands on a same-named persistent topic.
 NON_PERSISTENT_TOPIC_PERMISSION = "non_persistent_topic_permission"
 TOPIC_POLICIES = "topic_policies"
+# A topic's own properties (PIP-180: set at creation or with `topics update-properties`; kept in the partitioned
+# metadata of a partitioned topic, in the managed ledger of another). Not a topic policy: read and set whether or not
+# the namespace holds topic policies, and merged by the broker key by key.
+TOPIC_PROPERTIES = "topic_properties"
 SCHEMA = "schema"
 SUBSCRIPTION = "subscription"
 READ_ERROR = "read_error"  # an executor could not read a topic; never planned, fails the step
@@ -39,7 +43,7 @@ APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (TENANT,),
     (NAMESPACE,),
     (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC, NON_PERSISTENT_TOPIC),
-    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES),
+    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES, TOPIC_PROPERTIES),
     # After the topic policies: an upload is checked against the topic's own compatibility strategy first.
     (SCHEMA,),
     (SUBSCRIPTION,),
@@ -50,7 +54,9 @@ ALL_KINDS = tuple(kind for phase in APPLY_PHASES for kind in phase)
 NAMESPACE_SERIAL_KINDS = frozenset({NAMESPACE, NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC_PERMISSION,
                                     NON_PERSISTENT_TOPIC_PERMISSION})
 # Kinds that hang off a topic: when the topic is in conflict they are not applied either.
-TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_POLICIES, SCHEMA, SUBSCRIPTION})
+TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_POLICIES, TOPIC_PROPERTIES, SCHEMA, SUBSCRIPTION})
+# Kinds keyed by their topic alone (the others that hang off a topic are keyed `topic|name`).
+TOPIC_KEYED_KINDS = frozenset({TOPIC_POLICIES, TOPIC_PROPERTIES, SCHEMA})
 
 # Namespace policies kept on the target, with the admin call that sets each one on an existing
 # namespace (a new namespace gets them all in its creation body). Fields not listed are either

@@ -138,7 +138,7 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
                             "numBundles": desired.get("numBundles")})  # bundles may split after create
     if kind == r.TOPIC_POLICIES:
         return r.canonical(project_fields(desired, actual))
-    if kind == r.SUBSCRIPTION:
+    if kind in (r.SUBSCRIPTION, r.TOPIC_PROPERTIES):
         have = actual.get("properties", {})
         return r.canonical({"properties": {k: have.get(k) for k in desired["properties"]}})
     if kind == r.SCHEMA:  # the desired version numbers as the target holds them; others are left alone
