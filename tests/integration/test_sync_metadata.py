@@ -275,6 +275,43 @@ def test_namespace_and_topic_filters_limit_what_is_synced(
     assert target["orders"]["topic_auth"] == source["orders"]["topic_auth"]  # grant on a selected topic
 
 
+def test_a_subscription_on_some_partitions_is_created_on_those_only(
+    spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,
+    admin_b: PulsarAdmin, tmp_path: Path,
+) -> None:
+    """`one` lives on partition 2 of the source only (a client consumed that partition by name): it was created on
+    every partition of the target at the earliest position, so a client subscribing there after the switch got
+    partitions 0 and 1 from the start, where the source would have created them afresh. `all`, left on partition 1
+    of the target by a kill while the broker created it partition by partition, is completed on 0 and 2."""
+    tenant = unique("it-partial-sub")
+    try:
+        for admin, clusters in ((admin_a, [cluster_a.name]), (admin_b, [cluster_b.name])):
+            admin.put(f"/tenants/{tenant}", {"adminRoles": [], "allowedClusters": clusters})
+            admin.put(f"/namespaces/{tenant}/ns")
+            admin.put(f"/persistent/{tenant}/ns/feed/partitions", 3)
+        earliest = {"ledgerId": -1, "entryId": -1}
+        admin_a.put(f"/persistent/{tenant}/ns/feed/subscription/all", earliest)
+        admin_a.put(f"/persistent/{tenant}/ns/feed-partition-2/subscription/one", {**earliest, "properties": {
+            "owner": "stream-job"}})
+        admin_b.put(f"/persistent/{tenant}/ns/feed-partition-1/subscription/all", earliest)
+        spec = write_spec(tmp_path / "spec.json", tenant, cluster_a, cluster_b)
+
+        assert sync(spec, tmp_path / "run") == 0
+        plan = plan_rows(spark, tmp_path / "run")
+        assert plan[("subscription", "ns/feed|all")] == ("UPDATE", "missing on partition(s) 0, 2")
+        assert plan[("subscription", "ns/feed|one")][0] == "CREATE"
+        held = {i: sorted(admin_b.get(f"/persistent/{tenant}/ns/feed-partition-{i}/stats")["subscriptions"])
+                for i in range(3)}
+        assert held == {0: ["all"], 1: ["all"], 2: ["all", "one"]}
+        assert admin_b.get(f"/persistent/{tenant}/ns/feed-partition-2/stats")["subscriptions"]["one"][
+            "subscriptionProperties"] == {"owner": "stream-job"}
+        assert report(tmp_path / "run")["verdict"] == "ok"
+        assert sync(spec, tmp_path / "again") == 0
+        assert report(tmp_path / "again")["counts"]["applied"] == 0
+    finally:
+        drop_tenant(tenant, admin_a, admin_b)
+
+
 @pytest.mark.slow
 def test_rerun_after_a_kill_during_apply_finishes_the_job_exactly(
     spark: SparkSession, cluster_a: LocalCluster, cluster_b: LocalCluster, admin_a: PulsarAdmin,

@@ -228,13 +228,31 @@ class ChangeApplier:
 
     def _apply_subscription(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         topic_local, sub = r.split_child_key(c.key)
-        path = f"{self._topic_path(topic_local)}/subscription/{seg_twice(sub)}"
-        if c.action == CREATE:
-            # Created at the earliest position: nothing can be skipped before progress sync sets the
-            # exact cursor.
-            admin.put(path, {"ledgerId": -1, "entryId": -1, "properties": body["properties"]})
-        else:
-            admin.put(f"{path}/properties", body["properties"])
+        on_partitions = body.get("partitions")
+        if on_partitions is None:  # a non-partitioned topic
+            path = f"{self._topic_path(topic_local)}/subscription/{seg_twice(sub)}"
+            if c.action == CREATE:
+                self._create_subscription(admin, path, body["properties"])
+            else:
+                admin.put(f"{path}/properties", body["properties"])
+            return
+        # Partition by partition: on the partitions that hold it on the source only (the partitioned topic's own
+        # call creates it on all, and sets properties only where every partition has it).
+        paths = {i: f"{self._topic_path(f'{topic_local}-partition-{i}')}/subscription/{seg_twice(sub)}"
+                 for i in on_partitions}
+        for i in on_partitions if c.action == CREATE else body["create_on"]:
+            try:
+                self._create_subscription(admin, paths[i], body["properties"])
+            except Conflict:  # there already: a re-run after a kill, or made by the target's grow (from partition 0)
+                continue
+        if c.action != CREATE:
+            for path in paths.values():
+                admin.put(f"{path}/properties", body["properties"])
+
+    @staticmethod
+    def _create_subscription(admin: PulsarAdmin, path: str, properties: dict[str, str]) -> None:
+        # Created at the earliest position: nothing can be skipped before progress sync sets the exact cursor.
+        admin.put(path, {"ledgerId": -1, "entryId": -1, "properties": properties})
 
 
 def _apply_groups(spec_dict: dict[str, Any], concurrency: int,

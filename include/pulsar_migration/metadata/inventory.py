@@ -270,15 +270,16 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     if properties:
         rows.append(r.Resource.of(side, r.TOPIC_PROPERTIES, ref.local, ref.namespace, {"properties": properties}))
     try:
-        subscriptions = partitioned_subscriptions(admin, tenant, ref, partitions) if ref.partitioned else \
-            admin.get(f"{base}/stats").get("subscriptions") or {}
+        subscriptions = partitioned_subscriptions(admin, tenant, ref, partitions) if ref.partitioned else {
+            sub: (sub_stats, None) for sub, sub_stats in (admin.get(f"{base}/stats").get("subscriptions") or {}).items()
+            if durable_user_subscription(sub, sub_stats)}
     except NotFound:
         subscriptions = {}
-    for sub, sub_stats in sorted(subscriptions.items()):
-        if r.is_system_cursor(sub) or sub_stats.get("isDurable") is False:
-            continue
-        rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace,
-                                  {"properties": sub_stats.get("subscriptionProperties") or {}}))
+    for sub, (sub_stats, on_partitions) in sorted(subscriptions.items()):
+        payload: dict[str, Any] = {"properties": sub_stats.get("subscriptionProperties") or {}}
+        if on_partitions is not None:
+            payload["partitions"] = on_partitions
+        rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace, payload))
     try:
         history = admin.get(f"{schema_path(tenant, ref.namespace, ref.topic)}/schemas")
     except NotFound:
@@ -311,25 +312,42 @@ def own_topic_properties(admin: PulsarAdmin, base: str) -> dict[str, str]:
         return {}
 
 
-def partitioned_subscriptions(admin: PulsarAdmin, tenant: str, ref: TopicRef, partitions: int) -> dict[str, Any]:
-    """The subscriptions of a partitioned topic's partitions, merged. The broker's partitioned stats leave out a
-    partition whose stats failed (an unload, a ledger recovering) and still answer 200: its subscriptions were
-    silently missing from the inventory (not created on the target; on the target's side, one missing there passed
-    for present). A partition left out is read on its own (NotFound: it does not exist, so it has none)."""
+def durable_user_subscription(name: str, sub_stats: dict[str, Any]) -> bool:
+    return not r.is_system_cursor(name) and sub_stats.get("isDurable") is not False
+
+
+def partitioned_subscriptions(admin: PulsarAdmin, tenant: str, ref: TopicRef,
+                              partitions: int) -> dict[str, tuple[dict[str, Any], list[int]]]:
+    """The durable subscriptions of a partitioned topic, each with its stats (from the first partition holding it)
+    and the partitions that hold it. A subscription can be on some partitions only (created on one partition's
+    name, or deleted from some): it was created on every partition of the target, at the earliest position,
+    where a client would have had the source create it afresh (at its initial position, by default the latest).
+
+    The broker's partitioned stats leave out a partition whose stats failed (an unload, a ledger recovering) and
+    still answer 200: its subscriptions were silently missing from the inventory (not created on the target; on the
+    target's side, one missing there passed for present). A partition left out is read on its own (NotFound: it
+    does not exist, so it has none)."""
     base = f"/persistent/{seg(tenant)}/{seg(ref.namespace)}"
     stats = admin.get(f"{base}/{seg(ref.topic)}/partitioned-stats")
-    merged = dict(stats.get("subscriptions") or {})
-    answered = {name.rsplit("-partition-", 1)[-1] for name in stats.get("partitions") or {}}
+    per_partition: dict[int, dict[str, Any]] = {}
+    for name, partition_stats in (stats.get("partitions") or {}).items():
+        index = name.rsplit("-partition-", 1)[-1]
+        if index.isdigit() and int(index) < partitions:
+            per_partition[int(index)] = (partition_stats or {}).get("subscriptions") or {}
     for i in range(partitions):
-        if str(i) in answered:
+        if i in per_partition:
             continue
         try:
-            alone = admin.get(f"{base}/{seg(f'{ref.topic}-partition-{i}')}/stats")
+            per_partition[i] = admin.get(f"{base}/{seg(f'{ref.topic}-partition-{i}')}/stats").get(
+                "subscriptions") or {}
         except NotFound:
             continue
-        for sub, sub_stats in (alone.get("subscriptions") or {}).items():
-            merged.setdefault(sub, sub_stats)
-    return merged
+    found: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for i in sorted(per_partition):
+        for sub, sub_stats in per_partition[i].items():
+            if durable_user_subscription(sub, sub_stats):
+                found.setdefault(sub, (sub_stats, []))[1].append(i)
+    return found
 
 
 def fetch_topic_resources(

@@ -71,7 +71,7 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
     if kind == r.TOPIC_POLICIES:
         return _decide_fields(desired, actual)
     if kind == r.SUBSCRIPTION:
-        return _decide_subscription(desired["properties"], actual["properties"])
+        return _decide_subscription(desired, actual)
     if kind == r.TOPIC_PROPERTIES:
         return _decide_topic_properties(desired["properties"], actual["properties"])
     if kind == r.NAMESPACE:
@@ -127,13 +127,21 @@ def _decide_registration(desired: dict[str, Any], actual: dict[str, Any]) -> Dec
     return Decision(NOOP, f"registered with other settings ({', '.join(differing)}); never overwritten")
 
 
-def _decide_subscription(want: dict[str, str], have: dict[str, str]) -> Decision:
-    missing = sorted(k for k, v in want.items() if have.get(k) != v)
-    if not missing:
+def _decide_subscription(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
+    """Properties and, on a partitioned topic, the partitions holding it: each desired one must have it (one killed
+    while the broker created it on every partition, or one the target's own on a few, holds it on some only)."""
+    want, have = desired["properties"], actual["properties"]
+    differing = sorted(k for k, v in want.items() if have.get(k) != v)
+    missing_on = sorted(set(desired.get("partitions") or ()) - set(actual.get("partitions") or ()))
+    if not differing and not missing_on:
         return Decision(NOOP, "present")
+    reasons = ([f"missing on partition(s) {', '.join(map(str, missing_on))}"] if missing_on else []) + (
+        [f"properties differ in {', '.join(differing)}"] if differing else [])
     # The broker replaces the whole map: send the target's own keys too, so none is lost.
-    return Decision(UPDATE, f"properties differ in {', '.join(missing)}",
-                    r.canonical({"properties": {**have, **want}}))
+    change: dict[str, Any] = {"properties": {**have, **want}}
+    if "partitions" in desired:
+        change.update(partitions=desired["partitions"], create_on=missing_on)
+    return Decision(UPDATE, "; ".join(reasons), r.canonical(change))
 
 
 def _decide_topic_properties(want: dict[str, str], have: dict[str, str]) -> Decision:

@@ -140,7 +140,10 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
         return r.canonical(project_fields(desired, actual))
     if kind in (r.SUBSCRIPTION, r.TOPIC_PROPERTIES):
         have = actual.get("properties", {})
-        return r.canonical({"properties": {k: have.get(k) for k in desired["properties"]}})
+        projected: dict[str, Any] = {"properties": {k: have.get(k) for k in desired["properties"]}}
+        if "partitions" in desired:  # a subscription of a partitioned topic: the desired partitions holding it
+            projected["partitions"] = sorted(set(desired["partitions"]) & set(actual.get("partitions") or ()))
+        return r.canonical(projected)
     if kind == r.SCHEMA:  # the desired version numbers as the target holds them; others are left alone
         by_number = {v["version"]: v for v in actual["versions"]}
         return r.canonical({"versions": [by_number.get(v["version"]) for v in desired["versions"]]})
