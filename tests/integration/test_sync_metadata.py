@@ -75,10 +75,21 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
         f"non-persistent://{tenant}/audit/live-metrics"] == {"dashboards": ["consume"]}
     assert first["hashes"]["desired"] == first["hashes"]["target_actual"]
 
+    assert first["counts"]["set_only_on_target"] == 0
+
+    # Removed on the source after the first sync (a TTL), and set on the target alone (a topic's producer limit):
+    # left as they are (the sync cannot tell the two apart), each named in the report.
+    admin_a.delete(f"/namespaces/{tenant}/orders/messageTTL")
+    admin_b.post(f"/persistent/{tenant}/audit/trail/maxProducers", 2)
     assert sync(spec, tmp_path / "run2") == 0
     second = report(tmp_path / "run2")
     assert (second["counts"]["CREATE"], second["counts"]["UPDATE"], second["counts"]["applied"]) == (0, 0, 0)
-    assert snapshot(admin_b, tenant) == target
+    assert second["details"]["set_only_on_target"] == [
+        {"kind": "namespace", "key": "orders", "settings": ["message_ttl_in_seconds"]},
+        {"kind": "topic_policies", "key": "audit/trail", "settings": ["maxProducers"]}]
+    assert snapshot(admin_b, tenant) == {**target, "namespaces": {**target["namespaces"], "audit": {
+        **target["namespaces"]["audit"], "topics": {**target["namespaces"]["audit"]["topics"], "trail": {
+            **target["namespaces"]["audit"]["topics"]["trail"], "maxProducers": 2}}}}}
 
 
 def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(

@@ -237,3 +237,17 @@ def test_a_topic_name_with_a_bar_or_a_percent_keeps_its_children(spark: SparkSes
     got = {(row.kind, row.key): row.action for row in plan.collect()}
     assert got[(r.SUBSCRIPTION, r.child_key("ns/a|b", "s"))] == CONFLICT  # blocked with its topic
     assert got[(r.SUBSCRIPTION, r.child_key("ns/a", "b|s"))] == CREATE  # another topic's: not confused with it
+
+
+def test_settings_only_the_target_holds_are_named() -> None:
+    from pulsar_migration.metadata.fields import set_only_on_target
+
+    source = {"retention_policies": {"retentionSizeInMB": 1}, "backlog_quota_map": {"destination_storage": {}}}
+    target = {**source, "message_ttl_in_seconds": 60, "backlog_quota_map": {"destination_storage": {},
+                                                                           "message_age": {"limitTime": 5}},
+              # the replication step's own, and what any new namespace holds: not the target's own settings
+              "deduplicationEnabled": True, "subscription_auth_mode": "None", "is_allow_auto_update_schema": True,
+              "properties": {}, "encryption_required": True}
+    assert set_only_on_target(source, target) == ["backlog_quota_map.message_age", "encryption_required",
+                                                  "message_ttl_in_seconds"]
+    assert set_only_on_target(None, {"maxProducers": 2}) == ["maxProducers"]  # a topic the source set nothing on

@@ -6,6 +6,7 @@ verify (fresh inventory; every covered row must project equal to its desired pay
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -16,6 +17,7 @@ from pulsar_migration import rundir
 from pulsar_migration.lookup.client import LookupServiceError
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.apply import Change, apply_changes
+from pulsar_migration.metadata.fields import set_only_on_target
 from pulsar_migration.metadata.inventory import read_layout
 from pulsar_migration.metadata.plan import CHANGING_ACTIONS, CONFLICT, plan_counts, plan_metadata
 from pulsar_migration.metadata.state import Clusters, actual_state, desired_state, project_actual
@@ -130,6 +132,30 @@ def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
                                                                                      "NOOP")))
     for conflict in ctx.report.details["conflicts"][:20]:
         log.warning("conflict: %s %s: %s", conflict["kind"], conflict["key"], conflict["reason"])
+    _note_set_only_on_target(ctx, plan)
+
+
+def _note_set_only_on_target(ctx: StepContext, plan: DataFrame) -> None:
+    """Counts and names the namespace and topic policies only the target holds (left as they are)."""
+    found = []
+    rows = plan.filter((F.col("side") == r.TARGET) & F.col("kind").isin(r.NAMESPACE, r.TOPIC_POLICIES)
+                       & F.col("actual").isNotNull()).select("kind", "key", "desired", "actual").orderBy("kind", "key")
+    for row in rows.collect():
+        if row.kind == r.NAMESPACE and row.desired is None:
+            continue  # a namespace only the target has: left alone as a whole
+        desired, actual = (json.loads(row.desired) if row.desired else None), json.loads(row.actual)
+        if row.kind == r.NAMESPACE:
+            desired, actual = (desired or {}).get("policies"), actual.get("policies") or {}
+        extra = set_only_on_target(desired, actual)
+        if extra:
+            found.append({"kind": row.kind, "key": row.key, "settings": extra})
+    ctx.report.counts["set_only_on_target"] = len(found)
+    if found:
+        ctx.report.details["set_only_on_target"] = found[:CONFLICT_DETAIL_LIMIT]
+        first = found[0]
+        log.warning("%d namespace(s) or topic(s) hold policies on the target that the source does not (first: %s %s: "
+                    "%s): left as they are; where the source removed them after an earlier sync, remove them on the "
+                    "target too", len(found), first["kind"], first["key"], ", ".join(first["settings"]))
 
 
 def _verify(ctx: StepContext, clusters: Clusters, desired: DataFrame, desired_topics: set[str],
