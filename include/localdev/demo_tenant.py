@@ -24,7 +24,7 @@ JSON_EVENT = json.dumps({"type": "record", "name": "Event",
 def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> dict[str, Any]:
     """3 namespaces with non-default policies; partitioned (1, 3, 8) and non-partitioned topics;
     subscriptions (one with properties); namespace, subscription and topic grants; Avro and JSON schemas;
-    topic-level policies; topic properties. Returns what was built."""
+    topic-level policies (one global); topic properties. Returns what was built."""
     admin.put(f"/tenants/{tenant}", {"adminRoles": ["tenant-admin"], "allowedClusters": clusters})
     ns_policies = {
         "orders": {"retention": {"retentionTimeInMinutes": 1440, "retentionSizeInMB": 2048}, "ttl": 3600,
@@ -93,4 +93,5 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
     admin.put(f"/persistent/{tenant}/orders/dlq/properties", {"replay-with": "replayer"})
     admin.post(f"/persistent/{tenant}/orders/dlq/messageTTL", params={"messageTTL": 120})
     admin.post(f"/persistent/{tenant}/billing/invoices/maxProducers", 4)
+    admin.post(f"/persistent/{tenant}/billing/invoices/maxSubscriptionsPerTopic", 50, params={"isGlobal": "true"})
     return {"topics": topics, "subscriptions": subscriptions, "namespaces": sorted(ns_policies)}

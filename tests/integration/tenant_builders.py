@@ -57,6 +57,8 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
                 "messageTTL": admin.get(f"{path}/messageTTL", params={"applied": "false"}),
                 "maxProducers": admin.get(f"{path}/maxProducers", params={"applied": "false"}),
                 "properties": admin.get(f"{path}/properties"),
+                "global_maxSubscriptionsPerTopic": admin.get(f"{path}/maxSubscriptionsPerTopic",
+                                                             params={"applied": "false", "isGlobal": "true"}),
             }
         snap["namespaces"][ns] = ns_snap
     return snap

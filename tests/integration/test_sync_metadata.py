@@ -59,6 +59,8 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
     assert target["namespaces"]["orders"]["topics"]["created"]["properties"] == {"owner": "payments", "pii": "no"}
     assert target["namespaces"]["orders"]["topics"]["dlq"]["properties"] == {"replay-with": "replayer"}
+    invoices = target["namespaces"]["billing"]["topics"]["invoices"]
+    assert (invoices["maxProducers"], invoices["global_maxSubscriptionsPerTopic"]) == (4, 50)  # local and global
     # Both sides now allow both clusters (the source first: Pulsar requires it before replication).
     for admin in (admin_a, admin_b):
         assert set(admin.get(f"/tenants/{tenant}")["allowedClusters"]) == {cluster_a.name, cluster_b.name}
@@ -66,10 +68,11 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert first["verdict"] == "ok"
     # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 1 partitioned
     # non-persistent topic + 3 topic grants (one on the non-persistent topic) + 2 topic-policy sets + 2 schemas +
-    # 5 subscriptions + 2 topics' properties; the source tenant gains cluster-b (UPDATE).
-    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (29, 1)
-    assert first["counts"]["topic_properties.CREATE"] == 2
-    assert first["counts"]["applied"] == 30 and first["counts"]["apply_failed"] == 0
+    # 5 subscriptions + 2 topics' properties + 1 topic's global policies; the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (30, 1)
+    assert first["counts"]["topic_properties.CREATE"] == 2 == first["counts"]["topic_policies.CREATE"]
+    assert first["counts"]["topic_global_policies.CREATE"] == 1
+    assert first["counts"]["applied"] == 31 and first["counts"]["apply_failed"] == 0
     assert target["namespaces"]["audit"]["non_persistent_partitions"] == {"live-metrics": 2}
     assert admin_b.get(f"/namespaces/{tenant}/audit")["auth_policies"]["destination_auth"][
         f"non-persistent://{tenant}/audit/live-metrics"] == {"dashboards": ["consume"]}

@@ -193,19 +193,25 @@ class ChangeApplier:
         ns, topic = topic_local.split("/", 1)
         admin.post(f"/non-persistent/{self.tenant}/{seg(ns)}/{seg(topic)}/permissions/{seg(role)}", actions)
 
-    def _apply_topic_policies(self, admin: PulsarAdmin, c: Change, policies: dict[str, Any]) -> None:
+    def _apply_topic_policies(self, admin: PulsarAdmin, c: Change, policies: dict[str, Any],
+                              is_global: bool = False) -> None:
         path = self._topic_path(c.key)
+        scope = {"isGlobal": "true"} if is_global else {}
 
         def set_one(name: str, value: Any) -> None:
             if name == "messageTTL":  # 4.0 takes the TTL as a query parameter
-                admin.post(f"{path}/messageTTL", params={"messageTTL": value})
+                admin.post(f"{path}/messageTTL", params={"messageTTL": value, **scope})
             elif name == "backlogQuotaMap":
                 for quota_type, quota in value.items():
-                    admin.post(f"{path}/backlogQuota", quota, params={"backlogQuotaType": quota_type})
+                    admin.post(f"{path}/backlogQuota", quota, params={"backlogQuotaType": quota_type, **scope})
             else:
-                admin.request("PUT" if name in r.TOPIC_POLICY_PUT else "POST", f"{path}/{name}", json_body=value)
+                admin.request("PUT" if name in r.TOPIC_POLICY_PUT else "POST", f"{path}/{name}", json_body=value,
+                              params=scope or None)
 
         retention_before_quota(policies, "retention", "backlogQuotaMap", set_one)
+
+    def _apply_topic_global_policies(self, admin: PulsarAdmin, c: Change, policies: dict[str, Any]) -> None:
+        self._apply_topic_policies(admin, c, policies, is_global=True)
 
     def _apply_topic_properties(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         # Merged into the topic's properties by the broker (a partitioned topic's land in its partitioned metadata).

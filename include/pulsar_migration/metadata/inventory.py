@@ -294,14 +294,21 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
             for v in versions
         ]}))
     if ref.read_policies:
-        policies = {}
-        for path in r.TOPIC_POLICY_PATHS:
-            value = admin.get(f"{base}/{path}", params={"applied": "false"})
-            if value not in (None, "", {}, [], b""):
-                policies[path] = value
-        if policies:
-            rows.append(r.Resource.of(side, r.TOPIC_POLICIES, ref.local, ref.namespace, policies))
+        for kind, is_global in ((r.TOPIC_POLICIES, False), (r.TOPIC_GLOBAL_POLICIES, True)):
+            policies = read_topic_policies(admin, base, is_global)
+            if policies:
+                rows.append(r.Resource.of(side, kind, ref.local, ref.namespace, policies))
     return rows
+
+
+def read_topic_policies(admin: PulsarAdmin, base: str, is_global: bool) -> dict[str, Any]:
+    """The topic's own (local or global) policies, as set: not the values applied from elsewhere."""
+    policies = {}
+    for path in r.TOPIC_GLOBAL_POLICY_PATHS if is_global else r.TOPIC_POLICY_PATHS:
+        value = admin.get(f"{base}/{path}", params={"applied": "false", "isGlobal": str(is_global).lower()})
+        if value not in (None, "", {}, [], b""):
+            policies[path] = value
+    return policies
 
 
 def own_topic_properties(admin: PulsarAdmin, base: str) -> dict[str, str]:

@@ -68,7 +68,7 @@ def decide(kind: str, desired_json: str | None, actual_json: str | None) -> Deci
         return Decision(UPDATE, f"missing {', '.join(missing)}", r.canonical(sorted(set(desired) | set(actual))))
     if kind == r.CLUSTER:
         return _decide_registration(desired, actual)
-    if kind == r.TOPIC_POLICIES:
+    if kind in r.TOPIC_POLICY_KINDS:
         return _decide_fields(desired, actual)
     if kind == r.SUBSCRIPTION:
         return _decide_subscription(desired, actual)

@@ -30,6 +30,9 @@ TOPIC_PERMISSION = "topic_permission"
 # grant never lands on a same-named persistent topic.
 NON_PERSISTENT_TOPIC_PERMISSION = "non_persistent_topic_permission"
 TOPIC_POLICIES = "topic_policies"
+# Global topic policies (`pulsar-admin topics set-... -g`): the same settings, stored with the global flag and
+# replicated to the namespace's clusters; a topic's own (local) value overrides its global one field by field.
+TOPIC_GLOBAL_POLICIES = "topic_global_policies"
 # A topic's own properties (PIP-180: set at creation or with `topics update-properties`; kept in the partitioned
 # metadata of a partitioned topic, in the managed ledger of another). Not a topic policy: read and set whether or not
 # the namespace holds topic policies, and merged by the broker key by key.
@@ -43,7 +46,7 @@ APPLY_PHASES: tuple[tuple[str, ...], ...] = (
     (TENANT,),
     (NAMESPACE,),
     (NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC, NON_PERSISTENT_TOPIC),
-    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES, TOPIC_PROPERTIES),
+    (TOPIC_PERMISSION, NON_PERSISTENT_TOPIC_PERMISSION, TOPIC_POLICIES, TOPIC_GLOBAL_POLICIES, TOPIC_PROPERTIES),
     # After the topic policies: an upload is checked against the topic's own compatibility strategy first.
     (SCHEMA,),
     (SUBSCRIPTION,),
@@ -54,9 +57,10 @@ ALL_KINDS = tuple(kind for phase in APPLY_PHASES for kind in phase)
 NAMESPACE_SERIAL_KINDS = frozenset({NAMESPACE, NAMESPACE_PERMISSION, SUBSCRIPTION_PERMISSION, TOPIC_PERMISSION,
                                     NON_PERSISTENT_TOPIC_PERMISSION})
 # Kinds that hang off a topic: when the topic is in conflict they are not applied either.
-TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_POLICIES, TOPIC_PROPERTIES, SCHEMA, SUBSCRIPTION})
+TOPIC_POLICY_KINDS = frozenset({TOPIC_POLICIES, TOPIC_GLOBAL_POLICIES})
+TOPIC_CHILD_KINDS = frozenset({TOPIC_PERMISSION, TOPIC_PROPERTIES, SCHEMA, SUBSCRIPTION}) | TOPIC_POLICY_KINDS
 # Kinds keyed by their topic alone (the others that hang off a topic are keyed `topic|name`).
-TOPIC_KEYED_KINDS = frozenset({TOPIC_POLICIES, TOPIC_PROPERTIES, SCHEMA})
+TOPIC_KEYED_KINDS = frozenset({TOPIC_PROPERTIES, SCHEMA}) | TOPIC_POLICY_KINDS
 
 # Namespace policies kept on the target, with the admin call that sets each one on an existing
 # namespace (a new namespace gets them all in its creation body). Fields not listed are either
@@ -137,6 +141,10 @@ TOPIC_POLICY_PATHS: tuple[str, ...] = (
     # schemaValidationEnforced is left out: the broker answers `false` when it is unset.
 )
 TOPIC_POLICY_PUT = frozenset({"schemaCompatibilityStrategy"})
+# Those with a global value too. 4.0.8 keeps a topic's schema compatibility strategy local only (its `isGlobal` is
+# ignored: the local value is set and read back); entry filters stay local here (plugins are per cluster).
+TOPIC_GLOBAL_POLICY_PATHS = tuple(p for p in TOPIC_POLICY_PATHS if p not in {"schemaCompatibilityStrategy",
+                                                                             "entryFilters"})
 # Map-valued settings the broker merges key by key (or that are set one key per call): the target
 # must hold each desired key; keys only on the target are kept.
 MERGED_MAP_FIELDS = frozenset({"properties", "backlog_quota_map", "backlogQuotaMap"}) | CLUSTER_KEYED_POLICIES

@@ -136,7 +136,7 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
     if kind == r.NAMESPACE:
         return r.canonical({"policies": project_fields(desired["policies"], actual.get("policies", {})),
                             "numBundles": desired.get("numBundles")})  # bundles may split after create
-    if kind == r.TOPIC_POLICIES:
+    if kind in r.TOPIC_POLICY_KINDS:
         return r.canonical(project_fields(desired, actual))
     if kind in (r.SUBSCRIPTION, r.TOPIC_PROPERTIES):
         have = actual.get("properties", {})

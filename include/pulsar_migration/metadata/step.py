@@ -138,7 +138,7 @@ def _record_plan(ctx: StepContext, plan: DataFrame) -> None:
 def _note_set_only_on_target(ctx: StepContext, plan: DataFrame) -> None:
     """Counts and names the namespace and topic policies only the target holds (left as they are)."""
     found = []
-    rows = plan.filter((F.col("side") == r.TARGET) & F.col("kind").isin(r.NAMESPACE, r.TOPIC_POLICIES)
+    rows = plan.filter((F.col("side") == r.TARGET) & F.col("kind").isin(r.NAMESPACE, *sorted(r.TOPIC_POLICY_KINDS))
                        & F.col("actual").isNotNull()).select("kind", "key", "desired", "actual").orderBy("kind", "key")
     for row in rows.collect():
         if row.kind == r.NAMESPACE and row.desired is None:
