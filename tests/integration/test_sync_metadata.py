@@ -322,6 +322,17 @@ def test_a_subscription_on_some_partitions_is_created_on_those_only(
         assert report(tmp_path / "run")["verdict"] == "ok"
         assert sync(spec, tmp_path / "again") == 0
         assert report(tmp_path / "again")["counts"]["applied"] == 0
+
+        # New properties on the source; a run killed after setting them on the target's partition 0 only: partition
+        # 0's map stood for all partitions (the re-run saw it right and left 1 and 2 with the old ones).
+        admin_a.put(f"/persistent/{tenant}/ns/feed/subscription/all/properties", {"v": "2"})
+        admin_b.put(f"/persistent/{tenant}/ns/feed-partition-0/subscription/all/properties", {"v": "2"})
+        admin_b.put(f"/persistent/{tenant}/ns/feed-partition-1/subscription/all/properties", {"mine": "kept"})
+        assert sync(spec, tmp_path / "after-kill") == 0
+        assert plan_rows(spark, tmp_path / "after-kill")[("subscription", "ns/feed|all")] == (
+            "UPDATE", "properties differ on partition(s) 1, 2")
+        assert [admin_b.get(f"/persistent/{tenant}/ns/feed-partition-{i}/stats")["subscriptions"]["all"][
+            "subscriptionProperties"] for i in range(3)] == [{"v": "2"}, {"v": "2", "mine": "kept"}, {"v": "2"}]
     finally:
         drop_tenant(tenant, admin_a, admin_b)
 

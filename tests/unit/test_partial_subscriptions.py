@@ -44,26 +44,32 @@ def test_each_subscription_is_read_with_the_partitions_holding_it() -> None:
         f"{BASE}/orders-partition-1/stats": {"subscriptions": {"all": durable}},  # left out of the answer above
     })
     found = partitioned_subscriptions(admin, "acme", TopicRef("ns", "orders", True, False), 3)  # type: ignore[arg-type]
-    assert {sub: on for sub, (_, on) in found.items()} == {"all": [0, 1, 2], "one": [2]}
-    assert found["one"][0]["subscriptionProperties"] == {"k": "v"}
+    assert found == {"all": {"0": {}, "1": {}, "2": {}}, "one": {"2": {"k": "v"}}}
 
 
 def test_missing_partitions_are_an_update_and_the_projection_sees_the_desired_ones() -> None:
-    desired = j({"properties": {"k": "v"}, "partitions": [2]})
+    desired = j({"partitions": {"2": {"k": "v"}}})
     assert decide(r.SUBSCRIPTION, desired, None).action == CREATE
     # The target holding it on every partition (the old way, or its own) is left alone: only partition 2 counts.
-    everywhere = j({"properties": {"k": "v"}, "partitions": [0, 1, 2]})
+    everywhere = j({"partitions": {"0": {"k": "v"}, "1": {}, "2": {"k": "v", "own": "x"}}})
     assert decide(r.SUBSCRIPTION, desired, everywhere).action == NOOP
     assert project_actual(r.SUBSCRIPTION, desired, everywhere) == desired
     # Killed while created on the source's three partitions: the missing two are created.
-    want_all = j({"properties": {}, "partitions": [0, 1, 2]})
-    partial = decide(r.SUBSCRIPTION, want_all, j({"properties": {"own": "x"}, "partitions": [1]}))
+    want_all = j({"partitions": {"0": {}, "1": {}, "2": {}}})
+    partial = decide(r.SUBSCRIPTION, want_all, j({"partitions": {"1": {"own": "x"}}}))
     assert (partial.action, partial.reason) == (UPDATE, "missing on partition(s) 0, 2")
-    assert json.loads(partial.change or "") == {"properties": {"own": "x"}, "partitions": [0, 1, 2],
-                                                "create_on": [0, 2]}
-    assert project_actual(r.SUBSCRIPTION, want_all, j({"properties": {}, "partitions": [1]})) == j(
-        {"properties": {}, "partitions": [1]})
-    # A non-partitioned topic's subscription has no partitions, as before.
+    assert json.loads(partial.change or "") == {"partitions": {"0": {}, "2": {}}, "create_on": ["0", "2"]}
+    assert project_actual(r.SUBSCRIPTION, want_all, j({"partitions": {"1": {}}})) == j({"partitions": {"1": {}}})
+    # Killed while its properties were set partition by partition: the partitions left with the old ones are found
+    # (one partition's map stood for all, and it was already right), each given its own keys back.
+    want_new = j({"partitions": {"0": {"k": "new"}, "1": {"k": "new"}, "2": {"k": "new"}}})
+    halfway = j({"partitions": {"0": {"k": "new"}, "1": {"k": "old", "mine": "1"}, "2": {}}})
+    redo = decide(r.SUBSCRIPTION, want_new, halfway)
+    assert (redo.action, redo.reason) == (UPDATE, "properties differ on partition(s) 1, 2")
+    assert json.loads(redo.change or "") == {"partitions": {"1": {"k": "new", "mine": "1"}, "2": {"k": "new"}},
+                                             "create_on": []}
+    assert project_actual(r.SUBSCRIPTION, want_new, halfway) != want_new
+    # A non-partitioned topic's subscription has its properties alone, as before.
     assert decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"properties": {}})).reason == \
         "properties differ in a"
 
@@ -89,14 +95,22 @@ def apply_one(admin: Recording, action: str, change: dict[str, Any]) -> None:
 
 
 def test_it_is_created_and_updated_partition_by_partition() -> None:
-    created = Recording(exists={f"{BASE}/orders-partition-0/subscription/one"})  # a re-run after a kill
-    apply_one(created, CREATE, {"properties": {"k": "v"}, "partitions": [0, 2]})
+    created = Recording(exists={f"{BASE}/orders-partition-0/subscription/one"})  # made by a grow, or a retry
+    apply_one(created, CREATE, {"partitions": {"0": {"k": "v"}, "2": {"k": "v"}}})
     assert [path for path, _ in created.puts] == [f"{BASE}/orders-partition-0/subscription/one",
+                                                  f"{BASE}/orders-partition-0/subscription/one/properties",
                                                   f"{BASE}/orders-partition-2/subscription/one"]
-    assert created.puts[1][1] == {"ledgerId": -1, "entryId": -1, "properties": {"k": "v"}}
+    assert created.puts[2][1] == {"ledgerId": -1, "entryId": -1, "properties": {"k": "v"}}
     # The partitioned topic's own properties call fails (404) where a partition lacks the subscription: by partition.
     updated = Recording()
-    apply_one(updated, UPDATE, {"properties": {"k": "w"}, "partitions": [0, 2], "create_on": [2]})
-    assert [path for path, _ in updated.puts] == [f"{BASE}/orders-partition-2/subscription/one",
-                                                  f"{BASE}/orders-partition-0/subscription/one/properties",
-                                                  f"{BASE}/orders-partition-2/subscription/one/properties"]
+    apply_one(updated, UPDATE, {"partitions": {"0": {"k": "w"}, "2": {"k": "w"}}, "create_on": ["2"]})
+    assert [path for path, _ in updated.puts] == [f"{BASE}/orders-partition-0/subscription/one/properties",
+                                                  f"{BASE}/orders-partition-2/subscription/one"]
+
+
+def test_properties_the_broker_keeps_itself_are_not_topic_properties() -> None:
+    from pulsar_migration.metadata.inventory import user_topic_properties
+
+    assert user_topic_properties({"pulsar.topic.epoch": "0", "migrated": "true", "PULSAR.SHADOW_SOURCE": "x",
+                                  "owner": "payments"}) == {"owner": "payments"}
+    assert user_topic_properties(None) == {}

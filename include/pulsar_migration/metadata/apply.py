@@ -234,8 +234,7 @@ class ChangeApplier:
 
     def _apply_subscription(self, admin: PulsarAdmin, c: Change, body: dict[str, Any]) -> None:
         topic_local, sub = r.split_child_key(c.key)
-        on_partitions = body.get("partitions")
-        if on_partitions is None:  # a non-partitioned topic
+        if "partitions" not in body:  # a non-partitioned topic
             path = f"{self._topic_path(topic_local)}/subscription/{seg_twice(sub)}"
             if c.action == CREATE:
                 self._create_subscription(admin, path, body["properties"])
@@ -244,16 +243,16 @@ class ChangeApplier:
             return
         # Partition by partition: on the partitions that hold it on the source only (the partitioned topic's own
         # call creates it on all, and sets properties only where every partition has it).
-        paths = {i: f"{self._topic_path(f'{topic_local}-partition-{i}')}/subscription/{seg_twice(sub)}"
-                 for i in on_partitions}
-        for i in on_partitions if c.action == CREATE else body["create_on"]:
-            try:
-                self._create_subscription(admin, paths[i], body["properties"])
-            except Conflict:  # there already: a re-run after a kill, or made by the target's grow (from partition 0)
-                continue
-        if c.action != CREATE:
-            for path in paths.values():
-                admin.put(f"{path}/properties", body["properties"])
+        create_on = set(body["partitions"]) if c.action == CREATE else set(body["create_on"])
+        for i, properties in sorted(body["partitions"].items(), key=lambda item: int(item[0])):
+            path = f"{self._topic_path(f'{topic_local}-partition-{i}')}/subscription/{seg_twice(sub)}"
+            if i in create_on:
+                try:
+                    self._create_subscription(admin, path, properties)
+                    continue
+                except Conflict:  # there already: made by the target's grow (from partition 0's), or a retry
+                    pass
+            admin.put(f"{path}/properties", properties)
 
     @staticmethod
     def _create_subscription(admin: PulsarAdmin, path: str, properties: dict[str, str]) -> None:

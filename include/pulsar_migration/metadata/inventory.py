@@ -266,19 +266,21 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     metadata = admin.get(f"{base}/partitions") if ref.partitioned else {}
     partitions = metadata.get("partitions", 0)
     rows.append(r.Resource.of(side, r.TOPIC, ref.local, ref.namespace, {"partitions": partitions}))
-    properties = metadata.get("properties") if ref.partitioned else own_topic_properties(admin, base)
+    properties = user_topic_properties(metadata.get("properties") if ref.partitioned else
+                                       own_topic_properties(admin, base))
     if properties:
         rows.append(r.Resource.of(side, r.TOPIC_PROPERTIES, ref.local, ref.namespace, {"properties": properties}))
     try:
-        subscriptions = partitioned_subscriptions(admin, tenant, ref, partitions) if ref.partitioned else {
-            sub: (sub_stats, None) for sub, sub_stats in (admin.get(f"{base}/stats").get("subscriptions") or {}).items()
+        # A partitioned topic's: the properties of each partition holding it; another's: its properties.
+        subscriptions: dict[str, dict[str, Any]] = {
+            sub: {"partitions": on} for sub, on in partitioned_subscriptions(admin, tenant, ref, partitions).items()
+        } if ref.partitioned else {
+            sub: {"properties": sub_stats.get("subscriptionProperties") or {}}
+            for sub, sub_stats in (admin.get(f"{base}/stats").get("subscriptions") or {}).items()
             if durable_user_subscription(sub, sub_stats)}
     except NotFound:
         subscriptions = {}
-    for sub, (sub_stats, on_partitions) in sorted(subscriptions.items()):
-        payload: dict[str, Any] = {"properties": sub_stats.get("subscriptionProperties") or {}}
-        if on_partitions is not None:
-            payload["partitions"] = on_partitions
+    for sub, payload in sorted(subscriptions.items()):
         rows.append(r.Resource.of(side, r.SUBSCRIPTION, r.child_key(ref.local, sub), ref.namespace, payload))
     try:
         history = admin.get(f"{schema_path(tenant, ref.namespace, ref.topic)}/schemas")
@@ -311,6 +313,16 @@ def read_topic_policies(admin: PulsarAdmin, base: str, is_global: bool) -> dict[
     return policies
 
 
+# Keys the broker itself keeps among a topic's properties (a non-partitioned topic's are its managed ledger's): the
+# exclusive producers' fencing epoch, the blue-green migration mark, a shadow topic's source. Carried, they would
+# make the target's topic migrated or a shadow when it next loads.
+BROKER_TOPIC_PROPERTIES = frozenset({"pulsar.topic.epoch", "migrated", "PULSAR.SHADOW_SOURCE"})
+
+
+def user_topic_properties(properties: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (properties or {}).items() if k not in BROKER_TOPIC_PROPERTIES}
+
+
 def own_topic_properties(admin: PulsarAdmin, base: str) -> dict[str, str]:
     """A non-partitioned topic's properties (kept in its managed ledger); {} where it does not exist."""
     try:
@@ -324,11 +336,12 @@ def durable_user_subscription(name: str, sub_stats: dict[str, Any]) -> bool:
 
 
 def partitioned_subscriptions(admin: PulsarAdmin, tenant: str, ref: TopicRef,
-                              partitions: int) -> dict[str, tuple[dict[str, Any], list[int]]]:
-    """The durable subscriptions of a partitioned topic, each with its stats (from the first partition holding it)
-    and the partitions that hold it. A subscription can be on some partitions only (created on one partition's
-    name, or deleted from some): it was created on every partition of the target, at the earliest position,
-    where a client would have had the source create it afresh (at its initial position, by default the latest).
+                              partitions: int) -> dict[str, dict[str, dict[str, str]]]:
+    """The durable subscriptions of a partitioned topic, each with the partitions holding it (index as text) and
+    their properties. A subscription can be on some partitions only (created on one partition's name, or deleted
+    from some): it was created on every partition of the target, at the earliest position, where a client would
+    have had the source create it afresh (at its initial position, by default the latest). Properties are each
+    partition's own: one compared for all missed the partitions a kill left with the old ones.
 
     The broker's partitioned stats leave out a partition whose stats failed (an unload, a ledger recovering) and
     still answer 200: its subscriptions were silently missing from the inventory (not created on the target; on the
@@ -349,11 +362,11 @@ def partitioned_subscriptions(admin: PulsarAdmin, tenant: str, ref: TopicRef,
                 "subscriptions") or {}
         except NotFound:
             continue
-    found: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    found: dict[str, dict[str, dict[str, str]]] = {}
     for i in sorted(per_partition):
         for sub, sub_stats in per_partition[i].items():
             if durable_user_subscription(sub, sub_stats):
-                found.setdefault(sub, (sub_stats, []))[1].append(i)
+                found.setdefault(sub, {})[str(i)] = sub_stats.get("subscriptionProperties") or {}
     return found
 
 

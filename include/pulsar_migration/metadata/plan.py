@@ -128,20 +128,28 @@ def _decide_registration(desired: dict[str, Any], actual: dict[str, Any]) -> Dec
 
 
 def _decide_subscription(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
-    """Properties and, on a partitioned topic, the partitions holding it: each desired one must have it (one killed
-    while the broker created it on every partition, or one the target's own on a few, holds it on some only)."""
-    want, have = desired["properties"], actual["properties"]
-    differing = sorted(k for k, v in want.items() if have.get(k) != v)
-    missing_on = sorted(set(desired.get("partitions") or ()) - set(actual.get("partitions") or ()))
-    if not differing and not missing_on:
+    """A non-partitioned topic's: its properties. A partitioned topic's: each partition holding it on the source
+    must hold it on the target with those properties (a kill while the broker created it on every partition, or
+    while this step set them partition by partition, leaves some without; the target's own on a few, too)."""
+    if "partitions" not in desired:
+        want, have = desired["properties"], actual["properties"]
+        differing = sorted(k for k, v in want.items() if have.get(k) != v)
+        if not differing:
+            return Decision(NOOP, "present")
+        # The broker replaces the whole map: send the target's own keys too, so none is lost.
+        return Decision(UPDATE, f"properties differ in {', '.join(differing)}",
+                        r.canonical({"properties": {**have, **want}}))
+    wanted, held = desired["partitions"], actual.get("partitions") or {}
+    missing = sorted((i for i in wanted if i not in held), key=int)
+    differing = sorted((i for i in wanted if i in held and any(held[i].get(k) != v for k, v in wanted[i].items())),
+                       key=int)
+    if not missing and not differing:
         return Decision(NOOP, "present")
-    reasons = ([f"missing on partition(s) {', '.join(map(str, missing_on))}"] if missing_on else []) + (
-        [f"properties differ in {', '.join(differing)}"] if differing else [])
-    # The broker replaces the whole map: send the target's own keys too, so none is lost.
-    change: dict[str, Any] = {"properties": {**have, **want}}
-    if "partitions" in desired:
-        change.update(partitions=desired["partitions"], create_on=missing_on)
-    return Decision(UPDATE, "; ".join(reasons), r.canonical(change))
+    reasons = ([f"missing on partition(s) {', '.join(missing)}"] if missing else []) + (
+        [f"properties differ on partition(s) {', '.join(differing)}"] if differing else [])
+    # Per partition, the whole map as it must be (the broker replaces it): the target's own keys kept.
+    return Decision(UPDATE, "; ".join(reasons), r.canonical({
+        "partitions": {i: {**held.get(i, {}), **wanted[i]} for i in missing + differing}, "create_on": missing}))
 
 
 def _decide_topic_properties(want: dict[str, str], have: dict[str, str]) -> Decision:

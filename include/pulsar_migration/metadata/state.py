@@ -138,12 +138,13 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
                             "numBundles": desired.get("numBundles")})  # bundles may split after create
     if kind in r.TOPIC_POLICY_KINDS:
         return r.canonical(project_fields(desired, actual))
+    if kind == r.SUBSCRIPTION and "partitions" in desired:  # a partitioned topic's: per desired partition held
+        held = actual.get("partitions") or {}
+        return r.canonical({"partitions": {i: {k: held[i].get(k) for k in want} for i, want in
+                                           desired["partitions"].items() if i in held}})
     if kind in (r.SUBSCRIPTION, r.TOPIC_PROPERTIES):
         have = actual.get("properties", {})
-        projected: dict[str, Any] = {"properties": {k: have.get(k) for k in desired["properties"]}}
-        if "partitions" in desired:  # a subscription of a partitioned topic: the desired partitions holding it
-            projected["partitions"] = sorted(set(desired["partitions"]) & set(actual.get("partitions") or ()))
-        return r.canonical(projected)
+        return r.canonical({"properties": {k: have.get(k) for k in desired["properties"]}})
     if kind == r.SCHEMA:  # the desired version numbers as the target holds them; others are left alone
         by_number = {v["version"]: v for v in actual["versions"]}
         return r.canonical({"versions": [by_number.get(v["version"]) for v in desired["versions"]]})
