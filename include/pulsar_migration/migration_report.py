@@ -224,6 +224,13 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _plan_note(counts: Mapping[str, Any]) -> str:
+    only = int(counts.get("set_only_on_target") or 0)
+    return (f"warning: {only} namespace(s) or topic(s) hold policies the source does not (removed there after an "
+            "earlier sync, or the target's own), left as they are: see details.set_only_on_target in "
+            "sync_metadata.json") if only else ""
+
+
 def _tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, header, rows, note) of every table, shared by the Markdown and the HTML renderings."""
     steps = [[s["step"], str(s["verdict"]) + (" (dry run)" if s["dry_run"] else ""), _cell(s["duration_s"]),
@@ -246,7 +253,7 @@ def _tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[
 
     return [
         ("Steps", ["step", "verdict", "seconds", "error"], steps, f"total {_cell(summary['total_step_s'])} s"),
-        ("Metadata plan", ["action", "count"], plan, ""),
+        ("Metadata plan", ["action", "count"], plan, _plan_note(summary["plan_counts"])),
         ("Partitions copied", ["partition", "status", "source msgs", "copied", "target msgs", "source hash",
                                "target hash", "equal"], partitions,
          "; ".join(note for note in (_copy_note(summary.get("replication") or _replication({})), more(parts))

@@ -22,7 +22,8 @@ def run_dir(tmp_path: Path) -> Path:
     (tmp_path / "spec.json").write_text(json.dumps({"tenant": "acme<b>", "source": "a", "target": "b",
                                                     "replication": {"mode": "copy"}}))
     reports = {
-        "sync_metadata": step_report("sync_metadata", counts={"CREATE": 3, "topic.CREATE": 2}),
+        "sync_metadata": step_report("sync_metadata", counts={"CREATE": 3, "topic.CREATE": 2,
+                                                              "set_only_on_target": 1}),
         "replicate_topics": step_report("replicate_topics", details={"partitions": [
             {"topic": "persistent://acme/ns/t", "status": "ok", "source_messages": 5, "copied_messages": 5,
              "target_messages": 5, "source_hash": HASH_A, "target_hash": HASH_A},
@@ -58,6 +59,7 @@ def test_gathers_counts_hashes_subscriptions_and_the_cutover(run_dir: Path) -> N
     written = migration_report.write(str(run_dir), summary)
     assert json.loads(Path(written["json"]).read_text())["partitions"][1]["target_hash"] == HASH_B
     markdown = Path(written["markdown"]).read_text()
+    assert "warning: 1 namespace(s) or topic(s) hold policies the source does not" in markdown
     assert "| persistent://acme/ns/u | ok | 2 | 2 | 2 | aaaaaaaaaaaaaaaa | bbbbbbbbbbbbbbbb | NO |" in markdown
     assert ("continues the run in /runs/pulsar_tenant_migration/manual__1 (1200 map rows taken from it); "
             "copied at 12.5 MB/s through the java path; rate cap 20 MB/s and 5000 msgs/s, copies held back 3.25 s "
