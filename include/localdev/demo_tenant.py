@@ -55,6 +55,10 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
     admin.post(f"/namespaces/{tenant}/audit/dispatchRate",
                {"dispatchThrottlingRateInMsg": 1000, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
                 "relativeToPublishRate": False})
+    admin.post(f"/namespaces/{tenant}/audit/replicatorDispatchRate",
+               {"dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+                "relativeToPublishRate": False})
+    admin.post(f"/namespaces/{tenant}/billing/dispatcherPauseOnAckStatePersistent")
     admin.post(f"/namespaces/{tenant}/orders/permissions/subscription/settlement", ["app-billing", "auditor"])
 
     topics = {
@@ -93,5 +97,7 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
     admin.put(f"/persistent/{tenant}/orders/dlq/properties", {"replay-with": "replayer"})
     admin.post(f"/persistent/{tenant}/orders/dlq/messageTTL", params={"messageTTL": 120})
     admin.post(f"/persistent/{tenant}/billing/invoices/maxProducers", 4)
+    admin.post(f"/persistent/{tenant}/orders/dlq/deduplicationSnapshotInterval", 30)
+    admin.post(f"/persistent/{tenant}/orders/dlq/dispatcherPauseOnAckStatePersistent")
     admin.post(f"/persistent/{tenant}/billing/invoices/maxSubscriptionsPerTopic", 50, params={"isGlobal": "true"})
     return {"topics": topics, "subscriptions": subscriptions, "namespaces": sorted(ns_policies)}

@@ -14,7 +14,8 @@ from pulsar_migration.admin import NotFound, PulsarAdmin
 NAMESPACE_POLICY_FIELDS = (
     "retention_policies", "message_ttl_in_seconds", "deduplicationEnabled", "schema_compatibility_strategy",
     "backlog_quota_map", "max_producers_per_topic", "max_consumers_per_subscription", "properties",
-    "is_allow_auto_update_schema", "inactive_topic_policies", "topicDispatchRate",
+    "is_allow_auto_update_schema", "inactive_topic_policies", "topicDispatchRate", "replicatorDispatchRate",
+    "dispatcherPauseOnAckStatePersistentEnabled",
 )
 
 
@@ -57,6 +58,10 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
                 "messageTTL": admin.get(f"{path}/messageTTL", params={"applied": "false"}),
                 "maxProducers": admin.get(f"{path}/maxProducers", params={"applied": "false"}),
                 "properties": admin.get(f"{path}/properties"),
+                "deduplicationSnapshotInterval": admin.get(f"{path}/deduplicationSnapshotInterval",
+                                                           params={"applied": "false"}),
+                "dispatcherPauseOnAckStatePersistent": admin.get(f"{path}/dispatcherPauseOnAckStatePersistent",
+                                                                 params={"applied": "false"}),
                 "global_maxSubscriptionsPerTopic": admin.get(f"{path}/maxSubscriptionsPerTopic",
                                                              params={"applied": "false", "isGlobal": "true"}),
             }

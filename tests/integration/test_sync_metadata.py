@@ -57,6 +57,12 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert [(v[0], v[1]) for v in created_schemas] == [(0, "AVRO"), (1, "AVRO")]  # same history, same numbers
     assert [v[1] for v in target["namespaces"]["audit"]["topics"]["trail"]["schemas"]] == ["JSON"]
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
+    dlq = target["namespaces"]["orders"]["topics"]["dlq"]
+    assert (dlq["deduplicationSnapshotInterval"], dlq["dispatcherPauseOnAckStatePersistent"]) == (30, True)
+    assert target["namespaces"]["billing"]["policies"]["dispatcherPauseOnAckStatePersistentEnabled"] is True
+    assert target["namespaces"]["audit"]["policies"]["replicatorDispatchRate"] == {"<own>": {
+        "dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False}}
     assert target["namespaces"]["orders"]["topics"]["created"]["properties"] == {"owner": "payments", "pii": "no"}
     assert target["namespaces"]["orders"]["topics"]["dlq"]["properties"] == {"replay-with": "replayer"}
     invoices = target["namespaces"]["billing"]["topics"]["invoices"]

@@ -194,7 +194,7 @@ def namespace_policies(policies: dict[str, Any], own_cluster: str, as_cluster: s
         value = policies.get(name)
         if name in r.CLUSTER_KEYED_POLICIES:
             value = {as_cluster: value[own_cluster]} if value and own_cluster in value else None
-        if value is None or value == {}:
+        if value is None or value == {} or (name in r.ONLY_WHEN_ON and value is not True):
             continue
         kept[name] = value
     return kept
@@ -308,7 +308,7 @@ def read_topic_policies(admin: PulsarAdmin, base: str, is_global: bool) -> dict[
     policies = {}
     for path in r.TOPIC_GLOBAL_POLICY_PATHS if is_global else r.TOPIC_POLICY_PATHS:
         value = admin.get(f"{base}/{path}", params={"applied": "false", "isGlobal": str(is_global).lower()})
-        if value not in (None, "", {}, [], b""):
+        if value not in (None, "", {}, [], b"") and (path not in r.ONLY_WHEN_ON or value is True):
             policies[path] = value
     return policies
 

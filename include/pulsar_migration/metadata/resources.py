@@ -106,10 +106,17 @@ NAMESPACE_POLICY_SETTERS: dict[str, tuple[str, str]] = {
     "subscriptionDispatchRate": ("POST", "/subscriptionDispatchRate"),
     "publishMaxMessageRate": ("POST", "/publishRate"),
     "clusterSubscribeRate": ("POST", "/subscribeRate"),
+    "replicatorDispatchRate": ("POST", "/replicatorDispatchRate"),
+    # Set by a POST (no value), removed by a DELETE: carried when on (see ONLY_WHEN_ON).
+    "dispatcherPauseOnAckStatePersistentEnabled": ("POST", "/dispatcherPauseOnAckStatePersistent"),
 }
 CLUSTER_KEYED_POLICIES = frozenset(
-    {"topicDispatchRate", "subscriptionDispatchRate", "publishMaxMessageRate", "clusterSubscribeRate"}
+    {"topicDispatchRate", "subscriptionDispatchRate", "publishMaxMessageRate", "clusterSubscribeRate",
+     "replicatorDispatchRate"}
 )
+# Switches the broker reads back as `false` when never set: only `true` is a setting (one never set would otherwise
+# be carried as an explicit value onto every topic).
+ONLY_WHEN_ON = frozenset({"dispatcherPauseOnAckStatePersistentEnabled", "dispatcherPauseOnAckStatePersistent"})
 
 # Topic-level policies read and set per topic (path suffix under /persistent/{t}/{ns}/{topic}).
 # Topic policies live in the namespace's __change_events system topic: a namespace where it is absent
@@ -138,6 +145,9 @@ TOPIC_POLICY_PATHS: tuple[str, ...] = (
     "autoSubscriptionCreation",
     "schemaCompatibilityStrategy",  # set with PUT; the rest with POST
     "entryFilters",
+    "deduplicationSnapshotInterval",
+    "replicatorDispatchRate",
+    "dispatcherPauseOnAckStatePersistent",  # set with a bare POST; `false` when unset (ONLY_WHEN_ON)
     # schemaValidationEnforced is left out: the broker answers `false` when it is unset.
 )
 TOPIC_POLICY_PUT = frozenset({"schemaCompatibilityStrategy"})
