@@ -58,7 +58,7 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
     admin.post(f"/namespaces/{tenant}/audit/replicatorDispatchRate",
                {"dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
                 "relativeToPublishRate": False})
-    admin.post(f"/namespaces/{tenant}/billing/dispatcherPauseOnAckStatePersistent")
+    admin.post(f"/namespaces/{tenant}/audit/dispatcherPauseOnAckStatePersistent")
     admin.post(f"/namespaces/{tenant}/orders/permissions/subscription/settlement", ["app-billing", "auditor"])
 
     topics = {

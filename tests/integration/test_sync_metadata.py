@@ -59,7 +59,7 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
     dlq = target["namespaces"]["orders"]["topics"]["dlq"]
     assert (dlq["deduplicationSnapshotInterval"], dlq["dispatcherPauseOnAckStatePersistent"]) == (30, True)
-    assert target["namespaces"]["billing"]["policies"]["dispatcherPauseOnAckStatePersistentEnabled"] is True
+    assert target["namespaces"]["audit"]["policies"]["dispatcherPauseOnAckStatePersistentEnabled"] is True
     assert target["namespaces"]["audit"]["policies"]["replicatorDispatchRate"] == {"<own>": {
         "dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
         "relativeToPublishRate": False}}
