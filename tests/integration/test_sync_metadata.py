@@ -115,6 +115,11 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
             path = f"/persistent/{tenant}/ns/{topic}"
             admin.put(f"{path}/partitions", partitions) if partitions else admin.put(path)
     admin_a.put(f"/persistent/{tenant}/ns/more/subscription/late", {"ledgerId": -1, "entryId": -1})
+    # The same subscription on a topic non-partitioned on one side and partitioned on the other, both ways round
+    # (the plan's UDF failed on the first with a KeyError: the step failed on every run without naming a conflict).
+    for admin in (admin_a, admin_b):
+        for topic in ("plain", "typed"):
+            admin.put(f"/persistent/{tenant}/ns/{topic}/subscription/svc", {"ledgerId": -1, "entryId": -1})
     for admin, grow, shrink in ((admin_a, 4, 2), (admin_b, 2, 4)):  # non-persistent: grow one, never shrink one
         admin.put(f"/non-persistent/{tenant}/ns/np-fewer/partitions", grow)
         admin.put(f"/non-persistent/{tenant}/ns/np-more/partitions", shrink)
@@ -125,8 +130,8 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     before = snapshot(admin_b, tenant)
 
     assert sync(spec, tmp_path / "run1") == 2  # bad input: a retry cannot help
-    # 3 topics + 1 subscription under one + 1 schema history + 1 non-persistent topic
-    assert "6 conflict(s)" in error_line(capsys)
+    # 3 topics + 2 subscriptions under them + 1 schema history + 1 non-persistent topic
+    assert "7 conflict(s)" in error_line(capsys)
     plan = plan_rows(spark, tmp_path / "run1")
     assert plan[("topic", "ns/fewer")][0] == "UPDATE"
     assert plan[("topic", "ns/more")] == ("CONFLICT", "target has more partitions (5) than the source (2); "
@@ -137,6 +142,8 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     assert plan[("non_persistent_topic", "ns/np-fewer")] == ("UPDATE", "grow partitions 2 -> 4")
     assert plan[("non_persistent_topic", "ns/np-more")][0] == "CONFLICT"
     assert plan[("subscription", "ns/more|late")][0] == "CONFLICT"
+    assert plan[("subscription", "ns/typed|svc")][0] == "CONFLICT"
+    assert plan[("subscription", "ns/plain|svc")] == ("NOOP", "present")  # nothing to change under the conflict
     assert plan[("schema", "ns/schemad")] == ("CONFLICT", "schema version 0 differs (1 version(s) on the source, "
                                                           "1 on the target)")
     assert snapshot(admin_b, tenant) == before, "conflicts must stop the step before any write"
@@ -148,6 +155,7 @@ def test_conflicts_follow_pip370_table_and_nothing_is_destroyed(
     assert {t: v["partitions"] for t, v in after.items()} == {"fewer": 4, "more": 5, "typed": 0, "plain": 3,
                                                                "schemad": 0}
     assert after["more"]["subscriptions"] == {}
+    assert after["plain"]["subscriptions"] == after["typed"]["subscriptions"] == {"svc": {}}  # the target's own
     assert after["schemad"]["schemas"] == before["namespaces"]["ns"]["topics"]["schemad"]["schemas"]
     assert snapshot(admin_b, tenant)["namespaces"]["ns"]["non_persistent_partitions"] == {"np-fewer": 4,
                                                                                           "np-more": 4}

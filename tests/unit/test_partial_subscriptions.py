@@ -69,6 +69,10 @@ def test_missing_partitions_are_an_update_and_the_projection_sees_the_desired_on
     assert json.loads(redo.change or "") == {"partitions": {"1": {"k": "new", "mine": "1"}, "2": {"k": "new"}},
                                              "create_on": []}
     assert project_actual(r.SUBSCRIPTION, want_new, halfway) != want_new
+    # A topic non-partitioned on the source and partitioned on the target (a topic conflict, which blocks this row)
+    # was a KeyError in the plan's UDF: the step failed on every run instead of naming the conflict.
+    assert decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"partitions": {"0": {}}})).action == UPDATE
+    assert decide(r.SUBSCRIPTION, j({"partitions": {"0": {}}}), j({"properties": {}})).action == UPDATE
     # A non-partitioned topic's subscription has its properties alone, as before.
     assert decide(r.SUBSCRIPTION, j({"properties": {"a": "1"}}), j({"properties": {}})).reason == \
         "properties differ in a"

@@ -132,7 +132,8 @@ def _decide_subscription(desired: dict[str, Any], actual: dict[str, Any]) -> Dec
     must hold it on the target with those properties (a kill while the broker created it on every partition, or
     while this step set them partition by partition, leaves some without; the target's own on a few, too)."""
     if "partitions" not in desired:
-        want, have = desired["properties"], actual["properties"]
+        # The target's topic may be partitioned (a topic conflict, which blocks this row): its payload has no map.
+        want, have = desired["properties"], actual.get("properties") or {}
         differing = sorted(k for k, v in want.items() if have.get(k) != v)
         if not differing:
             return Decision(NOOP, "present")
