@@ -97,6 +97,9 @@ def build_rich_tenant(admin: PulsarAdmin, tenant: str, clusters: list[str]) -> d
     admin.put(f"/persistent/{tenant}/orders/dlq/properties", {"replay-with": "replayer"})
     admin.post(f"/persistent/{tenant}/orders/dlq/messageTTL", params={"messageTTL": 120})
     admin.post(f"/persistent/{tenant}/billing/invoices/maxProducers", 4)
+    admin.post(f"/persistent/{tenant}/orders/created/settlement/dispatchRate",  # one subscription's own rate
+               {"dispatchThrottlingRateInMsg": 2000, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+                "relativeToPublishRate": False})
     admin.post(f"/persistent/{tenant}/orders/dlq/deduplicationSnapshotInterval", 30)
     admin.post(f"/persistent/{tenant}/orders/dlq/dispatcherPauseOnAckStatePersistent")
     admin.post(f"/persistent/{tenant}/billing/invoices/maxSubscriptionsPerTopic", 50, params={"isGlobal": "true"})

@@ -58,6 +58,8 @@ def snapshot(admin: PulsarAdmin, tenant: str) -> dict[str, Any]:
                 "messageTTL": admin.get(f"{path}/messageTTL", params={"applied": "false"}),
                 "maxProducers": admin.get(f"{path}/maxProducers", params={"applied": "false"}),
                 "properties": admin.get(f"{path}/properties"),
+                "subscription_dispatch_rates": {s: admin.get(f"{path}/{s}/dispatchRate", params={"applied": "false"})
+                                                for s in stats["subscriptions"] if not s.startswith("pulsar.")},
                 "deduplicationSnapshotInterval": admin.get(f"{path}/deduplicationSnapshotInterval",
                                                            params={"applied": "false"}),
                 "dispatcherPauseOnAckStatePersistent": admin.get(f"{path}/dispatcherPauseOnAckStatePersistent",

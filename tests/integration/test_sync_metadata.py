@@ -57,6 +57,8 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     assert [(v[0], v[1]) for v in created_schemas] == [(0, "AVRO"), (1, "AVRO")]  # same history, same numbers
     assert [v[1] for v in target["namespaces"]["audit"]["topics"]["trail"]["schemas"]] == ["JSON"]
     assert target["namespaces"]["orders"]["topics"]["dlq"]["messageTTL"] == 120
+    assert target["namespaces"]["orders"]["topics"]["created"]["subscription_dispatch_rates"]["settlement"][
+        "dispatchThrottlingRateInMsg"] == 2000
     dlq = target["namespaces"]["orders"]["topics"]["dlq"]
     assert (dlq["deduplicationSnapshotInterval"], dlq["dispatcherPauseOnAckStatePersistent"]) == (30, True)
     assert target["namespaces"]["audit"]["policies"]["dispatcherPauseOnAckStatePersistentEnabled"] is True
@@ -73,12 +75,13 @@ def test_full_sync_makes_target_equal_and_second_run_is_noop(
     first = report(tmp_path / "run1")
     assert first["verdict"] == "ok"
     # 1 tenant + 3 namespaces + 3 namespace grants + 1 subscription grant + 6 topics + 1 partitioned
-    # non-persistent topic + 3 topic grants (one on the non-persistent topic) + 2 topic-policy sets + 2 schemas +
-    # 5 subscriptions + 2 topics' properties + 1 topic's global policies; the source tenant gains cluster-b (UPDATE).
-    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (30, 1)
-    assert first["counts"]["topic_properties.CREATE"] == 2 == first["counts"]["topic_policies.CREATE"]
+    # non-persistent topic + 3 topic grants (one on the non-persistent topic) + 3 topic-policy sets (one holding only
+    # a subscription's dispatch rate) + 2 schemas + 5 subscriptions + 2 topics' properties + 1 topic's global
+    # policies; the source tenant gains cluster-b (UPDATE).
+    assert (first["counts"]["CREATE"], first["counts"]["UPDATE"]) == (31, 1)
+    assert first["counts"]["topic_properties.CREATE"] == 2 and first["counts"]["topic_policies.CREATE"] == 3
     assert first["counts"]["topic_global_policies.CREATE"] == 1
-    assert first["counts"]["applied"] == 31 and first["counts"]["apply_failed"] == 0
+    assert first["counts"]["applied"] == 32 and first["counts"]["apply_failed"] == 0
     assert target["namespaces"]["audit"]["non_persistent_partitions"] == {"live-metrics": 2}
     assert admin_b.get(f"/namespaces/{tenant}/audit")["auth_policies"]["destination_auth"][
         f"non-persistent://{tenant}/audit/live-metrics"] == {"dashboards": ["consume"]}

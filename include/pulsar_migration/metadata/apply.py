@@ -204,6 +204,9 @@ class ChangeApplier:
             elif name == "backlogQuotaMap":
                 for quota_type, quota in value.items():
                     admin.post(f"{path}/backlogQuota", quota, params={"backlogQuotaType": quota_type, **scope})
+            elif name == r.SUBSCRIPTION_DISPATCH_RATES:  # one call per subscription
+                for sub, rate in value.items():
+                    admin.post(f"{path}/{seg(sub)}/dispatchRate", rate, params=scope or None)
             else:
                 admin.request("PUT" if name in r.TOPIC_POLICY_PUT else "POST", f"{path}/{name}", json_body=value,
                               params=scope or None)

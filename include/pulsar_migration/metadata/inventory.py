@@ -298,9 +298,24 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     if ref.read_policies:
         for kind, is_global in ((r.TOPIC_POLICIES, False), (r.TOPIC_GLOBAL_POLICIES, True)):
             policies = read_topic_policies(admin, base, is_global)
+            rates = subscription_dispatch_rates(admin, base, sorted(subscriptions), is_global)
+            if rates:
+                policies[r.SUBSCRIPTION_DISPATCH_RATES] = rates
             if policies:
                 rows.append(r.Resource.of(side, kind, ref.local, ref.namespace, policies))
     return rows
+
+
+def subscription_dispatch_rates(admin: PulsarAdmin, base: str, subscriptions: list[str],
+                                is_global: bool) -> dict[str, Any]:
+    """The dispatch rates set on single subscriptions of the topic, by subscription name."""
+    rates = {}
+    for sub in subscriptions:
+        rate = admin.get(f"{base}/{seg(sub)}/dispatchRate", params={"applied": "false",
+                                                                    "isGlobal": str(is_global).lower()})
+        if rate:
+            rates[sub] = rate
+    return rates
 
 
 def read_topic_policies(admin: PulsarAdmin, base: str, is_global: bool) -> dict[str, Any]:

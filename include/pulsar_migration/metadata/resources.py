@@ -151,13 +151,17 @@ TOPIC_POLICY_PATHS: tuple[str, ...] = (
     # schemaValidationEnforced is left out: the broker answers `false` when it is unset.
 )
 TOPIC_POLICY_PUT = frozenset({"schemaCompatibilityStrategy"})
+# Dispatch rates of single subscriptions (`topics set-subscription-dispatch-rate -s`), kept among the topic's policies
+# by subscription name; read for the subscriptions the topic has.
+SUBSCRIPTION_DISPATCH_RATES = "subscriptionLevelDispatchRates"
 # Those with a global value too. 4.0.8 keeps a topic's schema compatibility strategy local only (its `isGlobal` is
 # ignored: the local value is set and read back); entry filters stay local here (plugins are per cluster).
 TOPIC_GLOBAL_POLICY_PATHS = tuple(p for p in TOPIC_POLICY_PATHS if p not in {"schemaCompatibilityStrategy",
                                                                              "entryFilters"})
 # Map-valued settings the broker merges key by key (or that are set one key per call): the target
 # must hold each desired key; keys only on the target are kept.
-MERGED_MAP_FIELDS = frozenset({"properties", "backlog_quota_map", "backlogQuotaMap"}) | CLUSTER_KEYED_POLICIES
+MERGED_MAP_FIELDS = frozenset({"properties", "backlog_quota_map", "backlogQuotaMap", SUBSCRIPTION_DISPATCH_RATES}) | \
+    CLUSTER_KEYED_POLICIES
 CHANGE_EVENTS_TOPIC = "__change_events"
 
 
