@@ -8,28 +8,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pulsar_migration.admin import Conflict, NotFound
+from pulsar_migration.admin import Conflict
 from pulsar_migration.metadata import resources as r
 from pulsar_migration.metadata.apply import Change, ChangeApplier
 from pulsar_migration.metadata.inventory import TopicRef, partitioned_subscriptions
 from pulsar_migration.metadata.plan import CREATE, NOOP, UPDATE, decide
 from pulsar_migration.metadata.state import project_actual
 
+from tests.unit.test_metadata_review_fixes import Stats
+
 BASE = "/persistent/acme/ns"
 
 
 def j(value: Any) -> str:
     return r.canonical(value)
-
-
-class Stats:
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-
-    def get(self, path: str, **_: Any) -> Any:
-        if path not in self.answers:
-            raise NotFound(f"{path} not found", 404, path)
-        return self.answers[path]
 
 
 def test_each_subscription_is_read_with_the_partitions_holding_it() -> None:
