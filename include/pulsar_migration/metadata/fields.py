@@ -12,13 +12,23 @@ from pulsar_migration.metadata import resources as r
 KEPT_ON_TARGET_WHEN_ENABLED = frozenset({"deduplicationEnabled"})
 
 
+def held(want: dict[str, Any], have: dict[str, Any]) -> dict[str, Any]:
+    """`have` on the keys of `want` only (None where it lacks one): a merged map as far as it is desired."""
+    return {k: have.get(k) for k in want}
+
+
+def differing(want: dict[str, Any], have: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `want` that `have` lacks or holds otherwise."""
+    return {k: v for k, v in want.items() if have.get(k) != v}
+
+
 def project_fields(desired: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
     """Each desired setting as the target holds it; merged maps only on the desired keys."""
     projected: dict[str, Any] = {}
     for name, value in desired.items():
         have = actual.get(name)
         if name in r.MERGED_MAP_FIELDS and isinstance(value, dict) and isinstance(have, dict):
-            have = {k: have.get(k) for k in value}
+            have = held(value, have)
         if name in KEPT_ON_TARGET_WHEN_ENABLED and have is True:
             have = value
         projected[name] = have

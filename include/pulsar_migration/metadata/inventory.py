@@ -194,7 +194,7 @@ def namespace_policies(policies: dict[str, Any], own_cluster: str, as_cluster: s
         value = policies.get(name)
         if name in r.CLUSTER_KEYED_POLICIES:
             value = {as_cluster: value[own_cluster]} if value and own_cluster in value else None
-        if value is None or value == {} or (name in r.ONLY_WHEN_ON and value is not True):
+        if value is None or value == {} or r.switch_off(name, value):
             continue
         kept[name] = value
     return kept
@@ -306,13 +306,17 @@ def topic_resources(admin: PulsarAdmin, tenant: str, ref: TopicRef, side: str) -
     return rows
 
 
+def own_policy(is_global: bool) -> dict[str, str]:
+    """Query of a topic policy's own value (not the one applied from the namespace or broker), local or global."""
+    return {"applied": "false", "isGlobal": str(is_global).lower()}
+
+
 def subscription_dispatch_rates(admin: PulsarAdmin, base: str, subscriptions: list[str],
                                 is_global: bool) -> dict[str, Any]:
     """The dispatch rates set on single subscriptions of the topic, by subscription name."""
     rates = {}
     for sub in subscriptions:
-        rate = admin.get(f"{base}/{seg(sub)}/dispatchRate", params={"applied": "false",
-                                                                    "isGlobal": str(is_global).lower()})
+        rate = admin.get(f"{base}/{seg(sub)}/dispatchRate", params=own_policy(is_global))
         if rate:
             rates[sub] = rate
     return rates
@@ -322,8 +326,8 @@ def read_topic_policies(admin: PulsarAdmin, base: str, is_global: bool) -> dict[
     """The topic's own (local or global) policies, as set: not the values applied from elsewhere."""
     policies = {}
     for path in r.TOPIC_GLOBAL_POLICY_PATHS if is_global else r.TOPIC_POLICY_PATHS:
-        value = admin.get(f"{base}/{path}", params={"applied": "false", "isGlobal": str(is_global).lower()})
-        if value not in (None, "", {}, [], b"") and (path not in r.ONLY_WHEN_ON or value is True):
+        value = admin.get(f"{base}/{path}", params=own_policy(is_global))
+        if value not in (None, "", {}, [], b"") and not r.switch_off(path, value):
             policies[path] = value
     return policies
 

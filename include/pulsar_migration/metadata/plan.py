@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pulsar_migration.metadata import resources as r
-from pulsar_migration.metadata.fields import project_fields
+from pulsar_migration.metadata.fields import differing, project_fields
 
 CREATE, UPDATE, CONFLICT, NOOP = "CREATE", "UPDATE", "CONFLICT", "NOOP"
 ACTIONS = (CREATE, UPDATE, CONFLICT, NOOP)
@@ -103,9 +103,9 @@ def _decide_schema(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> De
     they are exactly the next numbers the target will assign (each post becomes latest + 1).
     """
     by_number = {v["version"]: v for v in have}
-    differing = [v["version"] for v in want if v["version"] in by_number and by_number[v["version"]] != v]
-    if differing:
-        return Decision(CONFLICT, f"schema version {differing[0]} differs ({len(want)} version(s) on the source, "
+    changed = [v["version"] for v in want if v["version"] in by_number and by_number[v["version"]] != v]
+    if changed:
+        return Decision(CONFLICT, f"schema version {changed[0]} differs ({len(want)} version(s) on the source, "
                                   f"{len(have)} on the target)")
     missing = [v for v in want if v["version"] not in by_number]
     if not missing:
@@ -121,10 +121,10 @@ def _decide_schema(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> De
 
 def _decide_registration(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
     """A registration is created when absent, never overwritten: other tenants' replication may use it."""
-    differing = sorted(k for k, v in desired.items() if actual.get(k) != v)
-    if not differing:
+    other = sorted(differing(desired, actual))
+    if not other:
         return Decision(NOOP, "equal")
-    return Decision(NOOP, f"registered with other settings ({', '.join(differing)}); never overwritten")
+    return Decision(NOOP, f"registered with other settings ({', '.join(other)}); never overwritten")
 
 
 def _decide_subscription(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
@@ -134,32 +134,30 @@ def _decide_subscription(desired: dict[str, Any], actual: dict[str, Any]) -> Dec
     if "partitions" not in desired:
         # The target's topic may be partitioned (a topic conflict, which blocks this row): its payload has no map.
         want, have = desired["properties"], actual.get("properties") or {}
-        differing = sorted(k for k, v in want.items() if have.get(k) != v)
-        if not differing:
+        other = sorted(differing(want, have))
+        if not other:
             return Decision(NOOP, "present")
         # The broker replaces the whole map: send the target's own keys too, so none is lost.
-        return Decision(UPDATE, f"properties differ in {', '.join(differing)}",
+        return Decision(UPDATE, f"properties differ in {', '.join(other)}",
                         r.canonical({"properties": {**have, **want}}))
     wanted, held = desired["partitions"], actual.get("partitions") or {}
     missing = sorted((i for i in wanted if i not in held), key=int)
-    differing = sorted((i for i in wanted if i in held and any(held[i].get(k) != v for k, v in wanted[i].items())),
-                       key=int)
-    if not missing and not differing:
+    other = sorted((i for i in wanted if i in held and differing(wanted[i], held[i])), key=int)
+    if not missing and not other:
         return Decision(NOOP, "present")
     reasons = ([f"missing on partition(s) {', '.join(missing)}"] if missing else []) + (
-        [f"properties differ on partition(s) {', '.join(differing)}"] if differing else [])
+        [f"properties differ on partition(s) {', '.join(other)}"] if other else [])
     # Per partition, the whole map as it must be (the broker replaces it): the target's own keys kept.
     return Decision(UPDATE, "; ".join(reasons), r.canonical({
-        "partitions": {i: {**held.get(i, {}), **wanted[i]} for i in missing + differing}, "create_on": missing}))
+        "partitions": {i: {**held.get(i, {}), **wanted[i]} for i in missing + other}, "create_on": missing}))
 
 
 def _decide_topic_properties(want: dict[str, str], have: dict[str, str]) -> Decision:
-    differing = {k: v for k, v in want.items() if have.get(k) != v}
-    if not differing:
+    other = differing(want, have)
+    if not other:
         return Decision(NOOP, "present")
     # The broker merges key by key: only what differs is sent; keys only on the target stay.
-    return Decision(UPDATE, f"properties differ in {', '.join(sorted(differing))}",
-                    r.canonical({"properties": differing}))
+    return Decision(UPDATE, f"properties differ in {', '.join(sorted(other))}", r.canonical({"properties": other}))
 
 
 def _decide_tenant(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
@@ -180,16 +178,16 @@ def _decide_fields(desired: dict[str, Any], actual: dict[str, Any]) -> Decision:
     """Each desired setting must hold on the target; merged maps (properties, quotas, per-cluster rates)
     only need the desired keys, and the change carries only what differs."""
     projected = project_fields(desired, actual)
-    differing: dict[str, Any] = {}
+    changed: dict[str, Any] = {}
     for name, value in desired.items():
         if projected.get(name) == value:
             continue
         if name in r.MERGED_MAP_FIELDS and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if (projected.get(name) or {}).get(k) != v}
-        differing[name] = value
-    if not differing:
+            value = differing(value, projected.get(name) or {})
+        changed[name] = value
+    if not changed:
         return Decision(NOOP, "equal")
-    return Decision(UPDATE, f"differs in {', '.join(sorted(differing))}", r.canonical(differing))
+    return Decision(UPDATE, f"differs in {', '.join(sorted(changed))}", r.canonical(changed))
 
 
 def _decide_row(kind: str, desired: str | None, actual: str | None) -> tuple[str, str, str | None]:

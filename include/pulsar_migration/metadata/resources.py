@@ -118,6 +118,11 @@ CLUSTER_KEYED_POLICIES = frozenset(
 # be carried as an explicit value onto every topic).
 ONLY_WHEN_ON = frozenset({"dispatcherPauseOnAckStatePersistentEnabled", "dispatcherPauseOnAckStatePersistent"})
 
+
+def switch_off(name: str, value: Any) -> bool:
+    """An ONLY_WHEN_ON switch read back as anything but `true`: no setting."""
+    return name in ONLY_WHEN_ON and value is not True
+
 # Topic-level policies read and set per topic (path suffix under /persistent/{t}/{ns}/{topic}).
 # Topic policies live in the namespace's __change_events system topic: a namespace where it is absent
 # or has never received an event has none, and inventory skips these calls there.

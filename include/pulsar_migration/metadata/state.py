@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from pulsar_migration.admin import PulsarAdmin, seg
 from pulsar_migration.metadata import resources as r
-from pulsar_migration.metadata.fields import project_fields
+from pulsar_migration.metadata.fields import held, project_fields
 from pulsar_migration.metadata.inventory import (
     MetadataError,
     TenantLayout,
@@ -139,12 +139,11 @@ def project_actual(kind: str, desired_json: str, actual_json: str | None) -> str
     if kind in r.TOPIC_POLICY_KINDS:
         return r.canonical(project_fields(desired, actual))
     if kind == r.SUBSCRIPTION and "partitions" in desired:  # a partitioned topic's: per desired partition held
-        held = actual.get("partitions") or {}
-        return r.canonical({"partitions": {i: {k: held[i].get(k) for k in want} for i, want in
-                                           desired["partitions"].items() if i in held}})
+        on = actual.get("partitions") or {}
+        return r.canonical({"partitions": {i: held(want, on[i]) for i, want in desired["partitions"].items()
+                                           if i in on}})
     if kind in (r.SUBSCRIPTION, r.TOPIC_PROPERTIES):
-        have = actual.get("properties", {})
-        return r.canonical({"properties": {k: have.get(k) for k in desired["properties"]}})
+        return r.canonical({"properties": held(desired["properties"], actual.get("properties", {}))})
     if kind == r.SCHEMA:  # the desired version numbers as the target holds them; others are left alone
         by_number = {v["version"]: v for v in actual["versions"]}
         return r.canonical({"versions": [by_number.get(v["version"]) for v in desired["versions"]]})
